@@ -1,0 +1,5 @@
+import sys
+
+from memoryplus.cli.main import main
+
+sys.exit(main())

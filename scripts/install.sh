@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Sets MemoryPlus up on a fresh Debian/Ubuntu machine: system packages (as root), a virtual
+# environment in .venv with PyGPT and every dependency, and MemoryPlus itself (editable).
+# Safe to run again; a second run only checks.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON="${PYTHON:-python3}"
+
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  # portaudio19-dev: to build PyAudio (a pygpt-net dependency); the rest: Qt offscreen at run time.
+  need=""
+  for p in portaudio19-dev libpulse0 libegl1 libgl1 libxkbcommon0 libfontconfig1 libdbus-1-3 libnss3; do
+    dpkg -s "$p" >/dev/null 2>&1 || need="$need $p"
+  done
+  if [ -n "$need" ]; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $need >/dev/null
+  fi
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  "$PYTHON" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
+.venv/bin/python -m pip install -q -r requirements.txt 2>&1 | grep -v "^WARNING: Location" || true
+.venv/bin/python -m pip install -q --no-deps -r requirements-nodeps.txt 2>&1 | grep -v "^WARNING: Location" || true
+.venv/bin/python -m pip install -q --no-deps -e . 2>&1 | grep -v "^WARNING: Location" || true
+.venv/bin/python -c "import memoryplus.worker.engine, pygpt_net, kuzu, graphiti_core, wordllama" \
+  || { echo "install.sh: the environment is incomplete (see the messages above)" >&2; exit 1; }
+mkdir -p "$HOME/.config/pygpt-net"
+echo "MemoryPlus is installed in $(pwd)/.venv"

@@ -1,0 +1,37 @@
+"""Shared fixtures: real Kuzu on disk, the real engine, offline providers."""
+from __future__ import annotations
+
+import os
+
+os.environ["GRAPHITI_TELEMETRY_ENABLED"] = "false"
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+os.environ.setdefault("QTWEBENGINE_DISABLE_SANDBOX", "1")
+
+import pytest  # noqa: E402
+
+from memoryplus.config.schema import Settings  # noqa: E402
+from memoryplus.worker.engine import MemoryEngine  # noqa: E402
+
+
+@pytest.fixture
+async def make_engine(tmp_path):
+    """Engines over a temporary data directory; closed (locks released) after the test."""
+    engines = []
+
+    def make(directory=None, credentials=None, **values):
+        values.setdefault("extraction_engine", "local")
+        values.setdefault("embedding_provider", "local")
+        eng = MemoryEngine(Settings(**values), directory or tmp_path / "data", credentials)
+        engines.append(eng)
+        return eng
+
+    yield make
+    for eng in engines:
+        await eng.close()
+
+
+@pytest.fixture
+async def engine(tmp_path):
+    eng = MemoryEngine(Settings(extraction_engine="local", embedding_provider="local"), tmp_path / "data")
+    yield eng
+    await eng.close()

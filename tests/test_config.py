@@ -1,0 +1,75 @@
+"""The settings schema: every spec option, one declaration, clear errors."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from memoryplus.config import schema
+from memoryplus.config.schema import Settings, SettingsError, validate, validate_lenient
+
+SPEC = Path(__file__).resolve().parents[2] / "shared" / "spec" / "memoryplus-spec.txt"
+
+
+def spec_labels() -> list[str]:
+    text = SPEC.read_text(encoding="utf-8")
+    section = text.split("Configuration Options", 1)[1].split("Memory Modes\n\nMemoryPlus offers", 1)[0]
+    return re.findall(r"^• ([^:\n]+):\n  • Type", section, flags=re.M)
+
+
+@pytest.mark.skipif(not SPEC.exists(), reason="the shared spec is not beside this checkout")
+def test_every_spec_option_is_declared_with_its_label():
+    labels = {o.label for o in schema.options()}
+    missing = [label for label in spec_labels() if label not in labels]
+    assert len(spec_labels()) >= 40
+    assert missing == []
+
+
+def test_every_option_has_tab_label_description_and_a_widget_kind():
+    for o in schema.options():
+        assert o.tab in schema.TABS, o.id
+        assert o.label and len(o.description) > 15, o.id
+        assert o.kind in {"bool", "int", "float", "text", "textarea", "combo"}, o.id
+        if o.kind == "combo":
+            assert o.choices or o.use, o.id
+        if o.kind in ("int", "float"):
+            assert o.ge is not None and o.le is not None and o.ge <= o.default <= o.le, o.id
+
+
+def test_deliberate_differences_from_the_spec():
+    s = Settings()
+    assert s.backend == "kuzu" and s.embedding_provider == "auto" and s.engine_mode == "auto"
+    assert s.context_limit == 10 and s.search_depth == 10 and s.memory_mode == "Chatbot"
+
+
+def test_validation_names_the_setting_and_hides_secrets():
+    with pytest.raises(SettingsError) as err:
+        validate({"context_limit": 500, "overflow_policy": "explode", "neo4j_password": 12})
+    text = str(err.value)
+    assert "'Context Limit' (context_limit)" in text
+    assert "'Ingestion Overflow Policy' (overflow_policy)" in text
+    assert "12" not in text.replace("(hidden)", "")
+
+
+def test_lenient_validation_keeps_defaults_for_bad_values():
+    s, problems = validate_lenient({"context_limit": "lots", "batch_size": 7, "unknown": 1})
+    assert s.context_limit == 10 and s.batch_size == 7
+    assert len(problems) == 1 and "context_limit" in problems[0]
+
+
+def test_settings_mirror_roundtrip(tmp_path):
+    from memoryplus.config.paths import load_settings, save_settings
+    save_settings(tmp_path, Settings(memory_mode="Research", override_api_key="sk-test"))
+    s, problems = load_settings(tmp_path)
+    assert s.memory_mode == "Research" and problems == []
+    assert (tmp_path / "settings.json").stat().st_mode & 0o077 == 0, "readable by the user only"
+    (tmp_path / "settings.json").write_text("{not json")
+    s, problems = load_settings(tmp_path)
+    assert s == Settings() and problems
+
+
+def test_settings_doc_is_up_to_date():
+    from memoryplus.config.docs import render
+    doc = Path(__file__).resolve().parents[1] / "docs" / "SETTINGS.md"
+    assert doc.read_text(encoding="utf-8") == render(), "run: python -m memoryplus.config.docs"

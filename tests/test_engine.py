@@ -1,0 +1,317 @@
+"""The memory engine on real Kuzu with local extraction: every operation a user relies on."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from memoryplus.worker.engine import EmbeddingMismatchError, EngineError, UnknownBankError
+from memoryplus.worker.records import Turn
+from memoryplus.worker.store import BankLockedError
+
+T0 = datetime(2025, 1, 1, 12, tzinfo=timezone.utc)
+BANK = "current.chat"
+
+
+def turn(i, user, assistant="Noted.", days=0, **kw):
+    return Turn(id=str(i), user=user, assistant=assistant, time=T0 + timedelta(days=days), **kw)
+
+
+def texts(results):
+    return "\n".join(r.text for r in results)
+
+
+async def test_ingest_then_search_returns_sources_tags_and_validity(engine):
+    await engine.ingest(BANK, [turn("a", "I live in Berlin and I use Linux every day"),
+                               turn("b", "My sister Maria works at Siemens", days=1)])
+    results = await engine.search(BANK, "Where do I live?")
+    assert results, "a stored fact must be found"
+    top_fact = next(r for r in results if r.kind == "fact" and "Berlin" in r.text)
+    assert top_fact.sources == ["a"]
+    assert top_fact.invalid_at is None and top_fact.valid_at == T0
+    assert any(t.startswith("topic:") for t in top_fact.tags)
+    assert [r.score for r in results] == sorted((r.score for r in results), reverse=True)
+
+
+async def test_same_id_twice_stores_one_episode_and_new_content_replaces(engine):
+    first = await engine.ingest(BANK, [turn(1, "I live in Berlin")])
+    again = await engine.ingest(BANK, [turn(1, "I live in Berlin")])
+    assert first.stored == ["1"] and again.unchanged == ["1"] and not again.stored
+    assert (await engine.stats(BANK)).episodes == 1
+    regenerated = await engine.ingest(BANK, [turn(1, "I live in Berlin", "A different answer about Berlin")])
+    assert regenerated.replaced == ["1"]
+    exported = await engine.export(BANK)
+    episodes = [r for r in exported if r["type"] == "episode"]
+    assert len(episodes) == 1 and "A different answer" in episodes[0]["content"]
+
+
+async def test_later_contradicting_fact_supersedes_and_as_of_finds_the_old(engine):
+    await engine.ingest(BANK, [turn(1, "I live in Berlin")])
+    await engine.ingest(BANK, [turn(2, "I moved, I live in Paris now", days=30)])
+    now = [r for r in await engine.search(BANK, "where do I live") if r.kind == "fact"]
+    assert any("Paris" in r.text for r in now)
+    assert not any("Berlin" in r.text for r in now), "a superseded fact is not current"
+    past = [r for r in await engine.search(BANK, "where do I live", as_of=T0 + timedelta(days=2))
+            if r.kind == "fact"]
+    assert any("Berlin" in r.text for r in past) and not any("Paris" in r.text for r in past)
+    berlin = next(r for r in past if "Berlin" in r.text)
+    assert berlin.invalid_at == T0 + timedelta(days=30)
+
+
+async def test_an_old_turn_arriving_late_does_not_supersede_the_newer_fact(engine):
+    await engine.ingest(BANK, [turn(2, "I live in Paris", days=30)])
+    await engine.ingest(BANK, [turn(1, "I live in Berlin")])      # imported history, older
+    now = [r for r in await engine.search(BANK, "where do I live") if r.kind == "fact"]
+    assert any("Paris" in r.text for r in now) and not any("Berlin" in r.text for r in now)
+
+
+async def test_forget_text_lists_first_then_removes_everywhere(engine):
+    await engine.ingest(BANK, [turn(1, "My dentist is Dr Okafor in Leipzig"),
+                               turn(2, "I enjoy cooking Italian food", days=1)])
+    preview = await engine.forget(BANK, text="dentist Dr Okafor", confirm=False)
+    assert preview.dry_run and preview.matches and not preview.forgotten
+    assert "Okafor" in texts(await engine.search(BANK, "Okafor")), "a dry run removes nothing"
+    report = await engine.forget(BANK, text="dentist Dr Okafor")
+    assert report.episodes_removed == 1 and report.sources == ["1"]
+    assert "okafor" not in texts(await engine.search(BANK, "dentist Okafor Leipzig")).lower()
+    dump = json.dumps(await engine.export(BANK)).lower()
+    assert "okafor" not in dump and "leipzig" not in dump
+    for page in ("entities", "facts", "episodes"):
+        assert "okafor" not in json.dumps(await engine.browse(BANK, page)).lower()
+    assert "cooking" in texts(await engine.search(BANK, "cooking")).lower(), "other memories stay"
+
+
+async def test_forget_weak_match_forgets_nothing(engine):
+    await engine.ingest(BANK, [turn(1, "My dentist is Dr Okafor")])
+    report = await engine.forget(BANK, text="the weather in Tokyo tomorrow")
+    assert report.forgotten == [] and report.episodes_removed == 0
+    assert (await engine.stats(BANK)).episodes == 1
+
+
+async def test_forget_shared_entity_keeps_its_summary_free_of_forgotten_text(engine):
+    await engine.ingest(BANK, [turn(1, "I live in Berlin"), turn(2, "I work at Siemens", days=1)])
+    fact = next(r for r in await engine.search(BANK, "Siemens") if r.kind == "fact")
+    await engine.forget(BANK, ids=[fact.id])
+    entities = await engine.browse(BANK, "entities")
+    user = next(e for e in entities if e["name"] == "User")
+    assert "Siemens" not in user["summary"] and "Berlin" in user["summary"]
+
+
+async def test_forget_last_removes_the_newest_turn(engine):
+    await engine.ingest(BANK, [turn(1, "I live in Berlin")])
+    await engine.ingest(BANK, [turn(2, "I adopted a cat named Whiskers", days=1)])
+    report = await engine.forget(BANK, last=True)
+    assert report.sources == ["2"]
+    assert "whiskers" not in json.dumps(await engine.export(BANK)).lower()
+    assert (await engine.stats(BANK)).episodes == 1
+
+
+@pytest.mark.option("memory_feedback")
+async def test_rating_moves_a_memory_within_bounds(engine):
+    await engine.ingest(BANK, [turn(1, "I like jazz music"), turn(2, "I like rock music", days=1)])
+    before = {r.id: r.score for r in await engine.search(BANK, "I like music") if r.kind == "fact"}
+    assert len(before) == 2
+    liked, disliked = sorted(before, key=before.get)          # lift the lower, sink the higher
+    for _ in range(5):
+        up = await engine.rate(BANK, liked, +1)
+        down = await engine.rate(BANK, disliked, -1)
+    assert (up, down) == (2, -2), "ratings are bounded"
+    after = {r.id: r.score for r in await engine.search(BANK, "I like music") if r.kind == "fact"}
+    assert after[liked] == pytest.approx(before[liked] * 1.3, rel=1e-3)
+    assert after[disliked] == pytest.approx(before[disliked] * 0.7, rel=1e-3)
+    with pytest.raises(EngineError):
+        await engine.rate(BANK, liked, 5)
+
+
+async def test_banks_are_isolated_even_with_hostile_names(engine):
+    names = ["../../etc", "Work", "work", "wörk", "a b 'c' `d`", "current.chat", "x" * 300, "日本語"]
+    for i, name in enumerate(names):
+        await engine.ingest(name, [turn(f"{i}", f"My secret code word is Zebra{i}")])
+    for i, name in enumerate(names):
+        found = texts(await engine.search(name, "secret code word"))
+        assert f"Zebra{i}" in found
+        assert not any(f"Zebra{j}" in found for j in range(len(names)) if j != i)
+    data = engine.data_dir.resolve()
+    for path in data.rglob("*"):
+        assert data in path.resolve().parents
+    listed = {b.name for b in await engine.banks_info()}
+    assert listed == set(names)
+
+
+async def test_export_import_roundtrip_merges_by_id(make_engine, tmp_path):
+    src = make_engine(tmp_path / "a")
+    await src.ingest(BANK, [turn(1, "I live in Berlin"), turn(2, "I love hiking", days=1)])
+    records = await src.export(BANK)
+    dst = make_engine(tmp_path / "b")
+    first = await dst.import_("copy", records)
+    second = await dst.import_("copy", records)
+    assert first["problems"] == [] and second["problems"] == []
+    assert (await dst.stats("copy")).episodes == 2, "importing twice merges by id"
+    assert "Berlin" in texts(await dst.search("copy", "where do I live"))
+
+
+async def test_import_reports_bad_lines_and_keeps_good_ones(engine):
+    await engine.ingest(BANK, [turn(1, "I live in Berlin")])
+    records = await engine.export(BANK)
+    bad = records + [{"type": "fact", "uuid": "x"}, {"type": "entity", "uuid": "y", "name": "Q",
+                                                     "name_embedding": [0.1, 0.2]}, {"type": "nope"}]
+    out = await engine.import_("other", bad)
+    assert len(out["problems"]) == 3 and all("line" in p for p in out["problems"])
+    assert (await engine.stats("other")).episodes == 1
+
+
+async def test_embedding_dimension_mismatch_is_refused_until_reembed(make_engine, tmp_path):
+    from memoryplus.worker.providers import EmbedderChoice
+    first = make_engine(tmp_path / "d")
+    await first.ingest(BANK, [turn(1, "I live in Berlin")])
+    await first.close()
+    other = make_engine(tmp_path / "d")
+    other.embedder_override = EmbedderChoice("hash", "hash", 384)
+    with pytest.raises(EmbeddingMismatchError, match="re-embed"):
+        await other.search(BANK, "Berlin")
+    assert await other.reembed(BANK) > 0
+    assert "Berlin" in texts(await other.search(BANK, "where do I live"))
+
+
+async def test_a_bank_held_by_another_process_gives_a_clear_error(engine, tmp_path):
+    await engine.ingest(BANK, [turn(1, "I live in Berlin")])
+    script = textwrap.dedent(f"""
+        import asyncio, sys, time
+        from memoryplus.config.schema import Settings
+        from memoryplus.worker.engine import MemoryEngine
+        async def main():
+            e = MemoryEngine(Settings(extraction_engine='local', embedding_provider='local'),
+                             {str(tmp_path / 'data')!r}, app='PyGPT')
+            await e.stats({BANK!r})
+            print('ready', flush=True)
+            sys.stdin.readline()
+            await e.close()
+        asyncio.run(main())
+    """)
+    await engine.close()
+    holder = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True, env={**os.environ, "GRAPHITI_TELEMETRY_ENABLED": "false"})
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        with pytest.raises(BankLockedError) as err:
+            await engine.search(BANK, "Berlin")
+        assert f"pid {holder.pid}" in str(err.value) and "PyGPT" in str(err.value)
+    finally:
+        holder.communicate("\n", timeout=30)
+    assert "Berlin" in texts(await engine.search(BANK, "where do I live")), "the lock is released"
+
+
+async def test_an_interrupted_ingest_is_cleaned_up_and_redone(engine):
+    from memoryplus.worker import engine as eng_mod
+    await engine.ingest(BANK, [turn(1, "I live in Berlin")])
+    original = eng_mod.MemoryEngine._extract_local
+
+    async def crash_midway(self, bank, episode, meta):
+        await original(self, bank, episode, meta)   # all graph writes done ...
+        raise KeyboardInterrupt                       # ... but never marked complete
+
+    eng_mod.MemoryEngine._extract_local = crash_midway
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            await engine.ingest(BANK, [turn(2, "I work at Siemens", days=1)])
+    finally:
+        eng_mod.MemoryEngine._extract_local = original
+    page = await engine.browse(BANK, "episodes")
+    assert any(not e["complete"] for e in page), "the interrupted episode is left pending"
+    await engine.close()                                  # a restart ...
+    stats = await engine.stats(BANK)                      # ... reopens and recovers
+    assert stats.episodes == 2
+    assert all(e["complete"] for e in await engine.browse(BANK, "episodes"))
+    siemens = [r for r in await engine.search(BANK, "Siemens") if r.kind == "fact"]
+    assert len(siemens) == 1, "redone once, not twice"
+
+
+async def test_unknown_bank_is_an_error_for_reads(engine):
+    with pytest.raises(UnknownBankError, match="unknown bank"):
+        await engine.search("nope", "anything")
+    with pytest.raises(UnknownBankError):
+        await engine.stats("nope")
+
+
+async def test_remember_stores_even_when_pruning_would_skip(make_engine):
+    eng = make_engine(auto_prune=True, low_value_threshold=10)
+    rep = await eng.ingest(BANK, [turn(1, "ok thanks")])
+    assert "1" in rep.skipped and "pruned" in rep.skipped["1"]
+    rep = await eng.remember(BANK, "Parking spot 42")
+    assert rep.stored
+    assert "42" in texts(await eng.search(BANK, "parking spot"))
+
+
+@pytest.mark.option("auto_prune")
+@pytest.mark.option("low_value_threshold")
+async def test_prune_counts_words_without_role_labels(make_engine):
+    eng = make_engine(auto_prune=True, low_value_threshold=3)
+    rep = await eng.ingest(BANK, [Turn(id="1", user="hi", assistant="hello"),
+                                  Turn(id="2", user="I live in Berlin", assistant="")])
+    assert list(rep.skipped) == ["1"] and rep.stored == ["2"]
+    plain = make_engine(directory=eng.data_dir.parent / "plain")
+    await plain.ingest(BANK, [Turn(id="1", user="hi", assistant="hello"), Turn(id="2", user="I live in Berlin")])
+    assert await plain.prune(BANK, 3) == 1
+    assert (await plain.stats(BANK)).episodes == 1
+
+
+@pytest.mark.option("memory_expiry_days")
+async def test_expiry_counts_from_when_stored_not_the_conversation_date(make_engine):
+    eng = make_engine(memory_expiry_days=30)
+    old_conversation = Turn(id="1", user="I live in Berlin", time=T0 - timedelta(days=3000))
+    await eng.ingest(BANK, [old_conversation])
+    assert await eng.expire(BANK) == 0, "imported old chats do not vanish at the next check"
+    assert await eng.expire(BANK, days=0) == 0, "0 disables expiry"
+
+
+@pytest.mark.option("max_memory_length")
+async def test_max_memory_length_truncates_stored_turns(make_engine):
+    eng = make_engine(max_memory_length=100)
+    await eng.ingest(BANK, [Turn(id="1", user="word " * 1000)])
+    episode = (await eng.browse(BANK, "episodes"))[0]
+    assert len(episode["text"].split()) <= 110
+
+
+@pytest.mark.option("custom_memory_tags")
+@pytest.mark.option("topic_tagging")
+@pytest.mark.option("emotion_tagging")
+async def test_tags_follow_the_settings(make_engine, tmp_path):
+    on = make_engine(tmp_path / "on", custom_memory_tags="work, q3 ")
+    await on.ingest(BANK, [turn(1, "I am so happy, my Linux server finally boots!")])
+    tags = (await on.browse(BANK, "episodes"))[0]["tags"]
+    assert "tag:work" in tags and "tag:q3" in tags
+    assert any(t.startswith("emotion:") for t in tags) and "topic:linux" in tags
+    off = make_engine(tmp_path / "off", emotion_tagging=False, topic_tagging=False)
+    await off.ingest(BANK, [turn(1, "I am so happy, my Linux server finally boots!")])
+    tags = (await off.browse(BANK, "episodes"))[0]["tags"]
+    assert not any(t.startswith(("emotion:", "topic:")) for t in tags)
+
+
+@pytest.mark.option("kuzu_buffer_pool_mb")
+async def test_bank_closes_releasing_its_lock_and_reopens(engine):
+    await engine.ingest(BANK, [turn(1, "I live in Berlin")])
+    bank_dir = engine.banks[BANK].dir
+    assert (bank_dir / "owner.json").exists()
+    await engine.close()
+    assert not (bank_dir / "owner.json").exists()
+    assert "Berlin" in texts(await engine.search(BANK, "Berlin"))
+
+
+@pytest.mark.option("backend")
+async def test_clear_deletes_the_bank(engine):
+    await engine.ingest(BANK, [turn(1, "I live in Berlin")])
+    await engine.clear(BANK)
+    assert await engine.banks_info() == []
+    with pytest.raises(UnknownBankError):
+        await engine.search(BANK, "Berlin")
+
+
+async def test_forget_needs_exactly_one_target(engine):
+    await engine.ingest(BANK, [turn(1, "I live in Berlin")])
+    with pytest.raises(EngineError):
+        await engine.forget(BANK)

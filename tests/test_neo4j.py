@@ -1,0 +1,44 @@
+"""The Neo4j backend, against a real server. Neo4j cannot run on the CI machine, so this runs
+only when NEO4J_URI is set (with NEO4J_USER, NEO4J_PASSWORD, and optionally NEO4J_DATABASE)."""
+from __future__ import annotations
+
+import json
+import os
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from memoryplus.config.schema import Settings
+from memoryplus.worker.engine import MemoryEngine
+from memoryplus.worker.records import Turn
+
+URI = os.environ.get("NEO4J_URI")
+pytestmark = pytest.mark.skipif(not URI, reason="NEO4J_URI is not set: no Neo4j server to test against")
+T0 = datetime(2025, 1, 1, tzinfo=timezone.utc)
+
+
+@pytest.mark.option("neo4j_uri")
+@pytest.mark.option("neo4j_user")
+@pytest.mark.option("neo4j_password")
+@pytest.mark.option("neo4j_database")
+async def test_neo4j_bank_roundtrip_isolation_and_forget(tmp_path):
+    settings = Settings(backend="neo4j", neo4j_uri=URI, neo4j_user=os.environ.get("NEO4J_USER", "neo4j"),
+                        neo4j_password=os.environ.get("NEO4J_PASSWORD", "password"),
+                        neo4j_database=os.environ.get("NEO4J_DATABASE", "neo4j"),
+                        extraction_engine="local", embedding_provider="local")
+    engine = MemoryEngine(settings, tmp_path)
+    a, b = f"neo4j-test-a-{os.getpid()}", f"neo4j-test-b-{os.getpid()}"
+    try:
+        await engine.ingest(a, [Turn(id="1", user="I live in Berlin", time=T0),
+                                Turn(id="2", user="I live in Paris now", time=T0 + timedelta(days=9))])
+        await engine.ingest(b, [Turn(id="1", user="My dentist is Dr Okafor", time=T0)])
+        facts = [r for r in await engine.search(a, "where do I live") if r.kind == "fact"]
+        assert any("Paris" in r.text for r in facts) and not any("Berlin" in r.text for r in facts)
+        assert not any("Okafor" in r.text for r in await engine.search(a, "dentist Okafor"))
+        await engine.forget(b, text="dentist Dr Okafor")
+        assert "okafor" not in json.dumps(await engine.export(b)).lower()
+    finally:
+        for bank in (a, b):
+            if engine.known(bank):
+                await engine.clear(bank)
+        await engine.close()

@@ -1,0 +1,56 @@
+"""A small retrieval check with known answers: keeps fusion changes honest.
+
+Recall@k counts a question as answered when its source turn is the first source of one of
+the top k results; the baseline is BM25 over the same raw turns (what plain keyword search
+would give)."""
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections import Counter
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from memoryplus.worker.records import Turn
+
+DATA = json.loads((Path(__file__).parent / "data" / "retrieval_small.json").read_text())
+K = 5
+WORD = re.compile(r"\w+")
+STOP = {"what", "is", "my", "i", "do", "the", "a", "of", "which", "where", "who", "our", "does",
+        "am", "we", "to", "how", "when", "why", "in", "at", "me", "have", "can't", "t"}
+
+
+def bm25_ranking(query: str, docs: dict[str, str], k1=1.5, b=0.75) -> list[str]:
+    toks = {d: [w.lower() for w in WORD.findall(t)] for d, t in docs.items()}
+    avg = sum(map(len, toks.values())) / len(toks)
+    df = Counter(w for ws in toks.values() for w in set(ws))
+    n = len(docs)
+    scores = {}
+    for d, ws in toks.items():
+        tf = Counter(ws)
+        s = 0.0
+        for w in (w.lower() for w in WORD.findall(query)):
+            if w in tf:
+                idf = math.log(1 + (n - df[w] + 0.5) / (df[w] + 0.5))
+                s += idf * tf[w] * (k1 + 1) / (tf[w] + k1 * (1 - b + b * len(ws) / avg))
+        scores[d] = s
+    return [d for d, s in sorted(scores.items(), key=lambda x: -x[1]) if s > 0]
+
+
+async def test_recall_at_k_beats_plain_keyword_search(engine):
+    t0 = datetime(2025, 1, 1, tzinfo=timezone.utc)
+    turns = [Turn(id=i, user=u, assistant=a, time=t0 + timedelta(hours=n))
+             for n, (i, u, a) in enumerate(DATA["turns"])]
+    await engine.ingest("eval", turns)
+    docs = {i: f"User: {u}\nAssistant: {a}" for i, u, a in DATA["turns"]}
+    ours = base = 0
+    for question, answer in DATA["questions"]:
+        results = await engine.search("eval", question, K)
+        firsts = [r.sources[0] for r in results if r.sources][:K]
+        ours += answer in firsts
+        base += answer in bm25_ranking(question, docs)[:K]
+    n = len(DATA["questions"])
+    print(f"recall@{K}: ours {ours / n:.3f}, BM25 baseline {base / n:.3f} over {n} questions")
+    assert ours >= base, f"fusion lost to plain keywords: {ours}/{n} vs {base}/{n}"
+    assert ours / n >= 0.8

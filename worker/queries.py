@@ -1,0 +1,86 @@
+"""The few graph queries graphiti has no method for, for each backend.
+
+Kuzu stores a fact as a node (`RelatesToNode_`) between two entities, because it has no
+full-text search on relationship properties; Neo4j stores it as a `RELATES_TO` relationship.
+Every query is parameterized: no user text or bank name is ever spliced into Cypher.
+"""
+from __future__ import annotations
+
+from graphiti_core.driver.driver import GraphProvider
+
+K, N = GraphProvider.KUZU, GraphProvider.NEO4J
+
+_FACT = {K: "(s:Entity)-[:RELATES_TO]->(r:RelatesToNode_)-[:RELATES_TO]->(t:Entity)",
+         N: "(s:Entity)-[r:RELATES_TO]->(t:Entity)"}
+_FACT_FIELDS = ("r.uuid AS uuid, r.name AS name, r.fact AS fact, r.episodes AS episodes, "
+                "r.valid_at AS valid_at, r.invalid_at AS invalid_at, r.expired_at AS expired_at, "
+                "r.created_at AS created_at, r.attributes AS attributes, "
+                "s.uuid AS source, s.name AS source_name, t.uuid AS target, t.name AS target_name")
+_EPISODE_FIELDS = ("e.uuid AS uuid, e.name AS name, e.content AS content, e.valid_at AS valid_at, "
+                   "e.created_at AS created_at, e.entity_edges AS entity_edges, "
+                   "e.source_description AS source_description")
+
+
+def q(name: str, provider: GraphProvider) -> str:
+    p = K if provider == K else N
+    fact = _FACT[p]
+    queries = {
+        "episodes_by_uuid": f"MATCH (e:Episodic) WHERE e.uuid IN $uuids RETURN {_EPISODE_FIELDS}",
+        "episodes_page": (f"MATCH (e:Episodic) WHERE e.group_id = $gid RETURN {_EPISODE_FIELDS} "
+                          "ORDER BY e.created_at DESC, e.uuid SKIP $skip LIMIT $limit"),
+        "episodes_before": (f"MATCH (e:Episodic) WHERE e.group_id = $gid AND e.created_at < $before "
+                            f"RETURN {_EPISODE_FIELDS}"),
+        "episodes_all": f"MATCH (e:Episodic) WHERE e.group_id = $gid RETURN {_EPISODE_FIELDS}",
+        "episode_uuids_mentioning": (
+            "MATCH (e:Episodic)-[:MENTIONS]->(n:Entity) WHERE n.uuid IN $uuids "
+            "RETURN n.uuid AS entity, e.uuid AS episode, e.valid_at AS valid_at"),
+        "mention_counts": ("MATCH (e:Episodic)-[:MENTIONS]->(n:Entity) WHERE n.uuid IN $uuids "
+                           "RETURN n.uuid AS uuid, count(e) AS n"),
+        "mentions_of_episodes": ("MATCH (e:Episodic)-[:MENTIONS]->(n:Entity) WHERE e.uuid IN $uuids "
+                                 "RETURN e.uuid AS episode, n.uuid AS entity"),
+        "mentions_all": ("MATCH (e:Episodic)-[:MENTIONS]->(n:Entity) WHERE e.group_id = $gid "
+                         "RETURN e.uuid AS episode, n.uuid AS entity"),
+        "entities_all": ("MATCH (n:Entity) WHERE n.group_id = $gid RETURN n.uuid AS uuid, "
+                         "n.name AS name, n.labels AS labels, n.summary AS summary, "
+                         "n.created_at AS created_at, n.attributes AS attributes"),
+        "entities_by_uuid": ("MATCH (n:Entity) WHERE n.uuid IN $uuids RETURN n.uuid AS uuid, "
+                             "n.name AS name, n.labels AS labels, n.summary AS summary, "
+                             "n.created_at AS created_at, n.attributes AS attributes"),
+        "facts_all": f"MATCH {fact} WHERE r.group_id = $gid RETURN {_FACT_FIELDS}",
+        "facts_by_uuid": f"MATCH {fact} WHERE r.uuid IN $uuids RETURN {_FACT_FIELDS}",
+        "facts_touching": (f"MATCH {fact} WHERE s.uuid IN $uuids OR t.uuid IN $uuids "
+                           f"RETURN {_FACT_FIELDS}"),
+        "current_facts_from": (f"MATCH {fact} WHERE s.uuid = $source AND r.name = $relation "
+                               f"AND r.expired_at IS NULL RETURN {_FACT_FIELDS}"),
+        "set_summary": "MATCH (n:Entity) WHERE n.uuid = $uuid SET n.summary = $summary",
+        "set_fact_episodes": (f"MATCH {fact} WHERE r.uuid = $uuid SET r.episodes = $episodes"),
+        "expire_fact": (f"MATCH {fact} WHERE r.uuid = $uuid "
+                        "SET r.invalid_at = $invalid_at, r.expired_at = $expired_at"),
+        "set_episode_meta": ("MATCH (e:Episodic) WHERE e.uuid = $uuid SET e.name = $name, "
+                             "e.entity_edges = $entity_edges, e.source_description = $description"),
+        "count_episodes": "MATCH (e:Episodic) WHERE e.group_id = $gid RETURN count(e) AS n",
+        "count_entities": "MATCH (n:Entity) WHERE n.group_id = $gid RETURN count(n) AS n",
+        "count_facts": f"MATCH {fact} WHERE r.group_id = $gid RETURN count(r) AS n",
+        "count_current_facts": (f"MATCH {fact} WHERE r.group_id = $gid AND r.expired_at IS NULL "
+                                "RETURN count(r) AS n"),
+        "pending_episodes": (f"MATCH (e:Episodic) WHERE e.group_id = $gid AND "
+                             f"e.name STARTS WITH $prefix RETURN {_EPISODE_FIELDS}"),
+    }
+    if p == K:
+        # Kuzu's schema is fixed: ratings live in the JSON `attributes` column.
+        queries["set_entity_rating"] = ("MATCH (n:Entity) WHERE n.uuid = $uuid "
+                                        "SET n.attributes = $attributes")
+        queries["set_fact_rating"] = f"MATCH {fact} WHERE r.uuid = $uuid SET r.attributes = $attributes"
+        queries["set_entity_embedding"] = ("MATCH (n:Entity) WHERE n.uuid = $uuid "
+                                           "SET n.name_embedding = $embedding")
+        queries["set_fact_embedding"] = ("MATCH (r:RelatesToNode_) WHERE r.uuid = $uuid "
+                                         "SET r.fact_embedding = $embedding")
+    else:
+        # Neo4j cannot store a map property: the rating is a property of its own.
+        queries["set_entity_rating"] = "MATCH (n:Entity) WHERE n.uuid = $uuid SET n.mp_rating = $rating"
+        queries["set_fact_rating"] = f"MATCH {fact} WHERE r.uuid = $uuid SET r.mp_rating = $rating"
+        queries["set_entity_embedding"] = ("MATCH (n:Entity) WHERE n.uuid = $uuid "
+                                           "CALL db.create.setNodeVectorProperty(n, 'name_embedding', $embedding)")
+        queries["set_fact_embedding"] = ("MATCH ()-[r:RELATES_TO]->() WHERE r.uuid = $uuid "
+                                         "CALL db.create.setRelationshipVectorProperty(r, 'fact_embedding', $embedding)")
+    return queries[name]
