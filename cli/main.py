@@ -187,6 +187,7 @@ async def _dispatch(engine, args) -> int:
             stored += len(rep.stored)
             unchanged += len(rep.unchanged)
             skipped += len(rep.skipped)
+            await engine.maintain()   # keeps Kuzu's native memory bounded on long imports
             _progress(min(i + size, len(turns)), len(turns))
         print(f"{stored} stored, {unchanged} already there, {skipped} skipped "
               f"({engine.extraction} extraction) in bank {args.bank!r}")

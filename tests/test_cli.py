@@ -112,3 +112,19 @@ def test_demo_passes_every_check():
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "checks passed" in proc.stdout and "FAIL" not in proc.stdout
     assert "\033[" not in proc.stdout, "plain output when piped"
+
+
+@pytest.mark.option("kuzu_storage_path")
+def test_the_command_follows_the_mirrored_settings(tmp_path, monkeypatch):
+    """Without --data-dir, the command reads the settings the plugin mirrors in PyGPT's user
+    directory, and stores banks under Kuzu Storage Path when it is set."""
+    from memoryplus.config.paths import save_settings
+    from memoryplus.config.schema import Settings
+    workdir, storage = tmp_path / "pygpt", tmp_path / "elsewhere"
+    save_settings(workdir / "memoryplus", Settings(kuzu_storage_path=str(storage)))
+    env = {**os.environ, "PYGPT_WORKDIR": str(workdir), "GRAPHITI_TELEMETRY_ENABLED": "false"}
+    proc = subprocess.run([EXE, "remember", "--bank", "b", "I keep the spare key under the blue pot"],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert list(storage.glob("kuzu/*/graph.kuzu")), "the bank lives under Kuzu Storage Path"
+    assert not list((workdir / "memoryplus").glob("kuzu"))

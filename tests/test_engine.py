@@ -315,3 +315,42 @@ async def test_forget_needs_exactly_one_target(engine):
     await engine.ingest(BANK, [turn(1, "I live in Berlin")])
     with pytest.raises(EngineError):
         await engine.forget(BANK)
+
+
+@pytest.mark.option("vibe_scoring")
+@pytest.mark.option("emotion_sensitivity")
+async def test_vibe_and_emotion_sensitivity(make_engine, tmp_path):
+    text = "Ugh, the build failed again lol, but I'm thrilled about the new job!"
+    results = {}
+    for level in ("Low", "High"):
+        eng = make_engine(tmp_path / level, emotion_sensitivity=level, vibe_scoring=True)
+        await eng.ingest(BANK, [turn(1, text)])
+        results[level] = (await eng.browse(BANK, "episodes"))[0]
+    low = {t for t in results["Low"]["tags"] if t.startswith("emotion:")}
+    high = {t for t in results["High"]["tags"] if t.startswith("emotion:")}
+    assert low < high, (low, high)
+    assert 0.0 <= results["High"]["vibe"] <= 1.0
+    off = make_engine(tmp_path / "off")
+    await off.ingest(BANK, [turn(1, text)])
+    assert (await off.browse(BANK, "episodes"))[0]["vibe"] is None
+
+
+async def test_local_extraction_types_entities_by_mode(make_engine, tmp_path):
+    labels = {}
+    for mode in ("Identity", "Productivity"):
+        eng = make_engine(tmp_path / mode, memory_mode=mode)
+        await eng.ingest(BANK, [turn(1, "I live in Berlin and I'm working on the Apollo project, due on Friday. "
+                                        "I prefer green tea.")])
+        labels[mode] = {lab for e in await eng.browse(BANK, "entities") for lab in e["labels"]} - {"Entity"}
+    assert labels["Identity"] != labels["Productivity"], labels
+
+
+async def test_banks_are_recycled_when_idle_and_keep_their_memories(engine, monkeypatch):
+    from memoryplus.worker import engine as eng_mod
+    monkeypatch.setattr(eng_mod, "RECYCLE_AFTER_QUERIES", 10)
+    await engine.ingest(BANK, [turn(i, f"I visited Museum{i} in Vienna") for i in range(5)])
+    first = engine.banks[BANK]
+    assert await engine.maintain() is True
+    assert BANK not in engine.banks and not (first.dir / "owner.json").exists()
+    assert "Museum3" in texts(await engine.search(BANK, "Museum3 Vienna"))
+    assert engine.banks[BANK] is not first

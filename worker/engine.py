@@ -67,7 +67,7 @@ TAG_LABELS = ("Topic", "Emotion")          # entity labels that are tags, not me
 SUMMARY_MAX = 1000
 # How many parameterized queries a Kuzu bank serves before it is reopened (when idle):
 # Kuzu's native memory grows with each one (reference/graphiti-kuzu.md §5).
-RECYCLE_AFTER_QUERIES = 4000
+RECYCLE_AFTER_QUERIES = 2000
 # Fusion weights, tuned on tests/data retrieval set (see tests/test_retrieval_quality.py):
 # keyword hits on raw turns are the strongest single signal on chat data; facts add precision.
 KIND_WEIGHT = {"episode": 1.0, "fact": 0.9, "entity": 0.5}
@@ -314,7 +314,10 @@ class MemoryEngine:
                 f"({manifest.embedding_dim} dimensions) but the settings now give {choice.id}: "
                 f"switch the embedding settings back, or re-embed the bank "
                 f"(`memoryplus reembed --bank {name}` or Re-embed in the memory browser)")
+        embedder = build_embedder(choice)
         if manifest is None:
+            # Record the size the embedder really returns (servers may ignore the requested one).
+            choice.dim = len(await embedder.create("dimension probe"))
             manifest = self.dir.create(name, choice.id, choice.dim)
         bank_dir = self.dir.path(name)
         if self.settings.backend == "kuzu":
@@ -334,7 +337,7 @@ class MemoryEngine:
             llm = count_usage(build_llm(self.settings, self.credentials), usage)
         else:
             llm = NoLLM()
-        graphiti = Graphiti(graph_driver=driver, llm_client=llm, embedder=build_embedder(choice),
+        graphiti = Graphiti(graph_driver=driver, llm_client=llm, embedder=embedder,
                             cross_encoder=OverlapReranker(), max_coroutines=4)
         bank = Bank(name=name, slug=slug(name), dir=bank_dir, manifest=manifest, driver=driver,
                     graphiti=graphiti, embedder=graphiti.embedder,
@@ -949,6 +952,7 @@ class MemoryEngine:
             await self._close_bank(self.banks[bank_name])
         manifest = self.dir.manifest(name=bank_name)
         choice = self.embedder_override or resolve_embedder(self.settings, self.credentials)
+        choice.dim = len(await build_embedder(choice).create("dimension probe"))
         manifest.embedder, manifest.embedding_dim = choice.id, choice.dim
         manifest.write(self.dir.manifest_path(bank_name))
         bank = await self._bank(bank_name, create=False)
@@ -1008,6 +1012,7 @@ class MemoryEngine:
             for r in rows:
                 m = EpisodeMeta.parse(r["name"], r["uuid"])
                 out.append({"id": r["uuid"], "source": m.id, "text": r["content"], "tags": m.tags,
+                            "vibe": m.vibe, "explicit": m.explicit,
                             "valid_at": _iso(r["valid_at"]), "stored_at": _iso(r["created_at"]),
                             "facts": len(r["entity_edges"] or []), "complete": m.state == COMPLETE})
             return out

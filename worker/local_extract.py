@@ -96,6 +96,8 @@ all any some every each both either neither none nothing everything something an
 many much more most few less least other another such same
 user assistant human ai bot system
 mon tue tues wed thu thur thurs fri sat sun
+birthday morning afternoon evening night day week weekend everyone everybody guys folks
+congrats congratulations merry christmas xmas
 """.split()) | set(_MONTHS) | set(_WEEKDAYS)
 # Capitalised words that may be part of a longer name ("New York", "Great Britain",
 # "First National Bank") but are no name alone or at the start of a sentence.
@@ -108,15 +110,11 @@ note remember remind tell show give make take get call check try use write read
 find help explain describe list add remove update create delete send close keep
 see look go come think know say ask want need like love hate enjoy prefer feel
 """.split())
-_STOP_ANY = _STOP_CAPS | _WEAK_CAPS
 # ... of which these may start a name even at the start of a sentence ("New York is big").
 _NAME_ADJ = set("""
 new old great royal national general central united north south east west northern
 southern eastern western upper lower grand saint holy free first big little
 """.split())
-_STOP_CAPS |= {"birthday", "morning", "afternoon", "evening", "night", "day", "week",
-               "weekend", "everyone", "everybody", "guys", "folks", "congrats",
-               "congratulations", "merry", "christmas", "xmas"}
 _STOP_ANY = _STOP_CAPS | _WEAK_CAPS
 
 # Words that never make an object on their own.
@@ -201,7 +199,11 @@ _DISCOURSE_PHRASES = (
     ("by", "the", "way"), ("just", "so", "you", "know"), ("for", "the", "record"),
     ("in", "fact"), ("as", "it", "happens"), ("these", "days"), ("for", "your", "information"),
     ("fun", "fact"), ("oh", "and"), ("thank", "you"), ("to", "be", "honest"),
-    ("at", "the", "moment"), ("right", "now"), ("these", "days"), ("just", "fyi"))
+    ("at", "the", "moment"), ("right", "now"), ("just", "fyi"))
+_MEMO_PHRASES = (("please", "remember"), ("remember",), ("please", "note"), ("note",),
+                 ("keep", "in", "mind"), ("do", "not", "forget"), ("never", "forget"),
+                 ("for", "future", "reference"), ("just", "so", "you", "know"),
+                 ("for", "your", "info"), ("fyi",))
 _REPORTING = {"said", "mentioned", "told", "noted", "say", "mention", "tell", "wrote",
               "think", "believe", "guess", "suppose", "know", "remember", "noticed",
               "realized", "realised", "feel"}
@@ -259,13 +261,17 @@ _VERBS: dict[str, tuple[str, str, str, str]] = {
     "marry": ("marries", "marrying", "married", "married"),
     "switch": ("switches", "switching", "switched", "switched"),
     "start": ("starts", "starting", "started", "started"),
+    "get": ("gets", "getting", "got", "gotten"),
+    "land": ("lands", "landing", "landed", "landed"),
+    "accept": ("accepts", "accepting", "accepted", "accepted"),
+    "take": ("takes", "taking", "took", "taken"),
     "begin": ("begins", "beginning", "began", "begun"),
     "be": ("is", "being", "was", "been"),
     "prepare": ("prepares", "preparing", "prepared", "prepared"),
 }
 _EXTRA_FORMS = {"traveling": ("travel", "ing"), "traveled": ("travel", "past"),
                 "learnt": ("learn", "past"), "am": ("be", "base"), "are": ("be", "base"),
-                "were": ("be", "past"), "got": ("get", "past")}
+                "were": ("be", "past")}
 _FORMS: dict[str, tuple[str, str]] = {}
 for _lemma, (_s, _ing, _past, _pp) in _VERBS.items():
     _FORMS.setdefault(_lemma, (_lemma, "base"))
@@ -345,8 +351,8 @@ _RULES: dict[str, tuple[_Rule, ...]] = {
                      progressive=False, name_like=True, capital=True),),
     "join": (_Rule("MEMBER_OF", (), False, _ORG, "joined", past=True, name_like=True,
                    capital=True),),
-    "manage": (_Rule("MANAGES", (), False, ("project", "team", "organization"), "manages"),),
-    "lead": (_Rule("MANAGES", (), False, ("project", "team", "organization"), "leads"),),
+    "manage": (_Rule("MANAGES", (), False, (), "manages"),),
+    "lead": (_Rule("MANAGES", (), False, (), "leads"),),
     "build": (_Rule("WORKS_ON", (), False, ("project",), "is building"),),
     "develop": (_Rule("WORKS_ON", (), False, ("project",), "is developing"),),
     "write": (_Rule("WORKS_ON", (), False, ("project",), "is writing"),),
@@ -389,7 +395,8 @@ _PERSON_SUBJECT = {"LIVES_IN", "LIVES_WITH", "IS_FROM", "BORN_IN", "BORN_ON", "W
                    "WORKS_AS", "IS_CALLED", "HAS_AGE", "MARRIED_TO", "ENGAGED_TO",
                    "STUDIES_AT", "LIKES", "DISLIKES", "PREFERS", "INTERESTED_IN",
                    "ALLERGIC_TO", "SPEAKS", "STUDIES", "LEARNING", "PLAYS", "HAS_TASK",
-                   "HAS_GOAL", "VISITED", "GAVE_INSTRUCTION", "TEACHES", "IS_A"}
+                   "HAS_GOAL", "VISITED", "GAVE_INSTRUCTION", "TEACHES", "IS_A", "MANAGES",
+                   "DRIVES", "LIVES_WITH"}
 
 # ── Text preparation ─────────────────────────────────────────────────────────────────────
 
@@ -552,6 +559,7 @@ def _upper_snake(words: Iterable[str]) -> str:
     return re.sub(r"FAVORITE", "FAVOURITE", out)
 
 
+_SEASONS = {"spring", "summer", "autumn", "fall", "winter"}
 _DATE_WORDS = set(_WEEKDAYS) | {"today", "tonight", "tomorrow", "eod", "eow", "eom", "noon",
                                 "midnight"}
 
@@ -570,13 +578,15 @@ def _parse_date(toks: list[str], lows: list[str], i: int) -> tuple[str, int] | N
         w = lows[j]
     if w in ("next", "this", "coming", "following") and j + 1 < n:
         nxt = lows[j + 1]
-        if nxt in _WEEKDAYS or nxt in ("week", "month", "year", "weekend", "quarter",
-                                       "sprint", "monday"):
+        if nxt in _WEEKDAYS or nxt in _SEASONS or nxt in ("week", "month", "year", "weekend",
+                                                          "quarter", "sprint"):
             words = [w, toks[j + 1].capitalize() if nxt in _WEEKDAYS else nxt]
             return " ".join(words), j + 2 - i
         return None
     if w in _DATE_WORDS:
-        return (toks[j].capitalize() if w in _WEEKDAYS else w), j + 1 - i
+        return (toks[j].capitalize() if w in _WEEKDAYS else toks[j]), j + 1 - i
+    if w in _SEASONS:
+        return w, j + 1 - i
     if w == "end" and j + 2 < n and lows[j + 1] == "of":
         k = j + 2
         if lows[k] in ("the", "this", "next") and k + 1 < n:
@@ -643,12 +653,13 @@ class _Collector:
                  own_words: bool = True) -> tuple[str, int]:
         """The best-cued entity type and its score: words of the name and its neighbours
         count 1, hints (what a rule says the entity is) count 2; no cue: "Entity"."""
-        words = {w for w in re.split(r"[\s\-]+", _lower(name)) if w} if own_words else set()
-        words |= {w for w in context if w}
+        own = [w for w in re.split(r"[\s\-]+", _lower(name)) if w] if own_words else []
+        words = set(own) | {w for w in context if w}
+        head = own[-1] if len(own) > 1 else ""       # "data platform team" is a team
         hint_set = set(hints)
         best, best_score = "Entity", 0
         for type_name, cues in self.cue_index:
-            score = len(words & cues) + 2 * len(hint_set & cues)
+            score = len(words & cues) + 2 * len(hint_set & cues) + (head in cues)
             if score > best_score:
                 best, best_score = type_name, score
         return best, best_score
@@ -676,6 +687,13 @@ class _Collector:
             return
         if len(self.facts) >= MAX_FACTS:
             return
+        # the same entity keeps one spelling ("EOD" mentioned, "eod" as a date)
+        for old, known in ((subject, self.entities.get(_lower(subject))),
+                           (obj, self.entities.get(_lower(obj)))):
+            if known and known.name != old:
+                sentence = sentence.replace(old, known.name)
+                subject = known.name if old is subject else subject
+                obj = known.name if old is obj else obj
         if functional:
             # Within one turn the later statement of a functional relation wins.
             for key in [k for k in self.facts if k[0] == _lower(subject) and k[1] == relation]:
@@ -702,7 +720,7 @@ class _Collector:
 
 # ── Names in running text ───────────────────────────────────────────────────────────────
 
-_OPENERS = {":", "—", "–", "-", "(", '"', "'", "*", "•", ">"}
+_OPENERS = {":", "—", "–", "-", "*", "•", ">"}
 
 
 def _name_runs(toks: list[str], lows: list[str], sentence_start: int = 0,
@@ -964,6 +982,16 @@ def _strip_discourse(toks: list[str], lows: list[str]) -> tuple[list[str], list[
         if i < n and (lows[i] in _DISCOURSE or lows[i] in _CAUSAL):
             i += 1
             changed = True
+        # "Remember that ...", "note: ...", "keep in mind that ..."
+        for phrase in _MEMO_PHRASES:
+            if tuple(lows[i:i + len(phrase)]) == phrase:
+                k = i + len(phrase)
+                while k < n and lows[k] in ("that", ",", ":", "-", "—"):
+                    k += 1
+                if k < n and _starts_clause(lows, toks, k) and lows[k] not in _FORMS:
+                    i = k
+                    changed = True
+                break
         # Reported speech: "you said (that) ...", "I think (that) ..."
         if n - i > 2 and lows[i] in ("i", "you") and lows[i + 1] in _REPORTING:
             k = i + 2
@@ -981,10 +1009,9 @@ def _strip_discourse(toks: list[str], lows: list[str]) -> tuple[list[str], list[
 # ── Rules over one clause ────────────────────────────────────────────────────────────────
 
 class _Clause:
-    def __init__(self, toks, lows, speaker, caseless, col: _Collector, sentence):
+    def __init__(self, toks, lows, speaker, caseless, col: _Collector):
         self.toks, self.lows, self.speaker = toks, lows, speaker
         self.caseless, self.col = caseless, col
-        self.sentence = sentence
         self.negated = any(
             lows[k] == "anymore" or (lows[k] in ("any", "no") and k + 1 < len(lows)
                                      and lows[k + 1] in ("more", "longer"))
@@ -1207,7 +1234,7 @@ def _task(cl: _Clause, subject: str, i: int, relation: str) -> bool:
                 break
         if not _is_word(toks[j]) or lows[j] in ("because", "so", "but", "since", "if", "when",
                                                 "while", "and", "or", "then", "as", "though",
-                                                "although"):
+                                                "although", "by", "before", "until", "till"):
             break
         if lows[j] in ("my", "your") and words:
             j += 1
@@ -1240,7 +1267,9 @@ def _task(cl: _Clause, subject: str, i: int, relation: str) -> bool:
 def _due(cl: _Clause, subject: str, date: str, hints: tuple[str, ...],
          phrase_subject: bool = False) -> None:
     first = date.split()[0].lower()
-    if first == "end":
+    if date.lower() in _MONTHS or date.lower() in _SEASONS:
+        text = f"{subject} is due in {date}"
+    elif first == "end":
         text = f"{subject} is due by the {date}"
     elif first in ("next", "this", "coming", "following", "in") or date.lower() in (
             "today", "tonight", "tomorrow"):
@@ -1299,7 +1328,7 @@ def _due_subject(cl: _Clause, start: int, end: int, date: str) -> bool:
     if not all(_is_word(t) for t in toks):
         return False
     name = " ".join(toks)
-    _due(cl, name, date, ("task", "project", "deliverable"))
+    _due(cl, name, date, ("task", "project"))
     return True
 
 
@@ -1334,6 +1363,8 @@ def _try_instruction(cl: _Clause) -> bool:
     phrase_words = [w for w in words if _is_word(w) or w in ("-", "'")]
     if len(phrase_words) < 2:
         return False
+    if phrase_words[0].lower() in ("always", "never"):
+        phrase_words[0] = phrase_words[0].lower()
     phrase = " ".join(phrase_words[:12])
     cl.col.fact("User", "GAVE_INSTRUCTION", phrase,
                 f"User asked the assistant to {phrase}", False, object_hints=("instruction",),
@@ -1517,6 +1548,21 @@ def _apply_rules(cl: _Clause, subject: str, first: bool, i: int) -> bool:
                 cl.col.fact(subject, "HAS_AGE", age, f"{subject} is {age} years old", True,
                             subject_hints=subj_hints, object_hints=("age", "trait"))
         return True
+    if lemma in ("start", "get", "land", "accept", "take") and not negated and \
+            (form in ("past", "base", "3sg") and not [a for a in aux if a in _MODALS]
+             and (form != "base" or not aux or set(aux) <= {"do", "have", "has"})):
+        # "I started a new job at Stripe", "I got a position with Acme"
+        k = j + 1
+        while k < n and lows[k] in ("a", "an", "the", "new", "full-time", "part-time", "my",
+                                    "first", "dream"):
+            k += 1
+        if k + 1 < n and lows[k] in ("job", "position", "role") and lows[k + 1] in ("at",
+                                                                                "with"):
+            org = _np(toks, lows, k + 2, caseless=cl.caseless, name_like=True, capital=True)
+            if org:
+                cl.col.fact(subject, "WORKS_AT", org[0], f"{subject} works at {org[0]}", True,
+                            subject_hints=subj_hints, object_hints=_ORG)
+                return True
     rules = _RULES.get(lemma)
     if not rules:
         return False
@@ -1653,7 +1699,7 @@ def _be_rules(cl: _Clause, subject: str, first: bool, k: int, be: str, aux: list
             continue
         start = k + len(words)
         if negated:
-            if relation == "LIKES" and " ".join(words) in _BE_NEGATED_PREF | {"into"}:
+            if relation == "LIKES" and " ".join(words) in _BE_NEGATED_PREF:
                 relation, phrase = "DISLIKES", "is not " + " ".join(words)
             else:
                 return True
@@ -1785,6 +1831,11 @@ def _clause_facts(cl: _Clause, inherited):
     if lows[:1] == ["remind"] and len(lows) > 3 and lows[1] == "me" and lows[2] == "to":
         _task(cl, cl.me() if cl.speaker == "User" else "User", 3, "HAS_TASK")
         return None
+    k = 1 if lows[:1] == ["please"] else 0
+    for phrase in (("remember", "to"), ("do", "not", "forget", "to")):
+        if tuple(lows[k:k + len(phrase)]) == phrase and cl.speaker == "User":
+            _task(cl, "User", k + len(phrase), "HAS_TASK")     # "remember to buy milk"
+            return None
     subj = _subject(cl, inherited)
     if subj is None:
         return None
@@ -1800,13 +1851,22 @@ def _clause_facts(cl: _Clause, inherited):
 
 def extract(body: str, spec: ModeSpec) -> LocalExtraction:
     """Entities and facts of an episode body, typed with the mode's entity types."""
+    return _extract_blocks(_bounded_blocks(body or ""), spec)
+
+
+def _extract_blocks(blocks: list[tuple[str, str]], spec: ModeSpec) -> LocalExtraction:
     col = _Collector(spec)
     text_for_tags: list[str] = []
-    for speaker, raw in _bounded_blocks(body or ""):
+    for speaker, raw in blocks:
         text = _normalize(raw)
         text_for_tags.append(f"{speaker}: {text}")
         lowercase_words = frozenset(m.group(0) for m in re.finditer(r"\b[a-z][a-z']+\b", text))
         for line in text.splitlines():
+            if not line.strip():
+                continue
+            cased = [c for c in line if c.isupper() or c.islower()]
+            if len(cased) > 3 and not any(c.islower() for c in cased):
+                line = line.lower()              # SHOUTED LINES carry no case information
             caseless = not any(c.isupper() for c in line)
             for sentence in _sentences(line):
                 toks = _tokens(sentence)
@@ -1825,11 +1885,10 @@ def extract(body: str, spec: ModeSpec) -> LocalExtraction:
                     is_question = (question and idx == len(spans) - 1) or (
                         clows[0] in _QUESTION_START and question)
                     if is_question or (clows[0] in _QUESTION_START and len(clows) > 1
-                                       and clows[1] in ("i", "you", "we", "he", "she", "they")
-                                       and clows[0] not in ("have", "has", "had")):
+                                       and clows[1] in ("i", "you", "we", "he", "she", "they")):
                         inherited = None
                         continue
-                    cl = _Clause(ctoks, clows, speaker, caseless, col, sentence)
+                    cl = _Clause(ctoks, clows, speaker, caseless, col)
                     inherited = _clause_facts(cl, inherited if coordinated else None)
     if spec.tagging and text_for_tags:
         tags = analyze("\n".join(text_for_tags), emotions="Emotion" in spec.entity_types,
@@ -1872,14 +1931,15 @@ _GATE_SPEC = mode_spec("Chatbot", emotion_tagging=False, topic_tagging=False)
 
 def gate_decision(body: str) -> tuple[bool | None, str]:
     """MemoryGate without an LLM: (True, why) keep, (False, why) skip, (None, why) unsure."""
-    user = "\n".join(t for s, t in _blocks(body or "") if s == "User")
+    blocks = _bounded_blocks(body or "")
+    user = "\n".join(t for s, t in blocks if s == "User")
     if _DONT_STORE.search(user):
         return False, "asked not to remember"
     if _REMEMBER.search(user):
         return True, "asked to remember"
-    if word_count(body) == 0:
+    if not any(_WORD.search(t) for _, t in blocks):
         return False, "empty turn"
-    found = extract(body, _GATE_SPEC)
+    found = _extract_blocks(blocks, _GATE_SPEC)
     personal = [f for f in found.facts if "User" in (f.subject, f.object)]
     if personal:
         return True, f"personal fact: {personal[0].fact}"

@@ -110,7 +110,7 @@ _ENTITY: dict[str, tuple[str, tuple[str, ...]]] = {
         "concert or conference with a time or place (dentist appointment on Monday, "
         "PyCon 2025).",
         ("event", "meeting", "appointment", "party", "concert", "conference", "trip",
-         "festival", "wedding", "match", "game", "flight", "interview", "call")),
+         "festival", "wedding", "match", "game", "flight", "interview")),
     "Interest": (
         "A subject, hobby or activity a person is interested in or spends time on "
         "(astronomy, hiking, jazz, chess).",
@@ -139,7 +139,7 @@ _ENTITY: dict[str, tuple[str, tuple[str, ...]]] = {
     "Meeting": (
         "A specific meeting, call or review with a time or participants (Monday stand-up, "
         "design review with Priya).",
-        ("meeting", "standup", "stand-up", "sync", "call", "review", "retro", "retrospective",
+        ("meeting", "standup", "stand-up", "sync", "review", "retro", "retrospective",
          "workshop", "demo", "interview", "1:1")),
     "Concept": (
         "An idea, theory, field, technique or term that is discussed or defined "
@@ -466,9 +466,10 @@ def _tagging_instructions(emotions: bool, topics: bool, sensitivity: str) -> str
     parts = []
     if emotions:
         parts.append(
-            "Also extract, as Emotion entities, the emotions the speakers express in this "
-            "message (an exception to the rule against extracting feelings), each named by a "
-            "single lowercase adjective such as 'frustrated' or 'amused'. "
+            "Also extract, as Emotion entities, the emotions User (or another human speaker) "
+            "expresses in this message, not the assistant's politeness (an exception to the "
+            "rule against extracting feelings), each named by a single lowercase adjective "
+            "such as 'frustrated' or 'amused'. "
             + _EMOTION_LEVEL[sensitivity])
     if topics:
         parts.append(

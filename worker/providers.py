@@ -20,6 +20,7 @@ from memoryplus.worker.embedders import HashEmbedder, LocalEmbedder
 from memoryplus.worker.records import Credentials
 
 OLLAMA_DEFAULT_URL = "http://localhost:11434/v1"
+LLM_TIMEOUT_S = 120.0   # one LLM call; the SDK retries twice (honouring Retry-After) on top
 DEFAULT_EMBEDDING_MODELS = {
     "openai": ("text-embedding-3-small", 1536),
     "ollama": ("nomic-embed-text", 768),
@@ -73,14 +74,18 @@ class LLMUsage:
 
 
 def count_usage(client: LLMClient, usage: LLMUsage) -> LLMClient:
-    """Count every call the client makes (graphiti's and ours) into `usage`.
+    """Count every call the client makes (graphiti's and ours) into `usage`, and cap each
+    answer at the client's max_tokens (graphiti asks for 16384 in some prompts).
 
     Token counts come from graphiti's tracker where the client records them, else an estimate
     of four characters a token.
     """
     original = client.generate_response
+    cap = client.max_tokens
 
     async def counted(messages, *args, **kwargs):
+        if kwargs.get("max_tokens"):
+            kwargs["max_tokens"] = min(kwargs["max_tokens"], cap)
         tracker = client.token_tracker
         before = tracker.get_total_usage() if hasattr(tracker, "get_total_usage") else None
         usage.calls += 1
@@ -146,15 +151,20 @@ def build_llm(settings: Settings, creds: Credentials, *, model: str | None = Non
                     base_url=choice.base_url or None,
                     temperature=settings.graphiti_temperature if temperature is None else temperature,
                     max_tokens=max(1024, settings.max_context_tokens // 4))
-    if choice.provider == "openai" and not choice.base_url:
-        from graphiti_core.llm_client.openai_client import OpenAIClient
-        return OpenAIClient(config=cfg)
     if choice.provider == "google":
         from graphiti_core.llm_client.gemini_client import GeminiClient
-        return GeminiClient(config=cfg)
+        return GeminiClient(config=cfg, max_tokens=cfg.max_tokens)
     if choice.provider == "openai_compatible" and not choice.base_url:
         raise ProviderError("the openai_compatible LLM provider needs 'Override Base URL'")
-    return ThinkStrippingClient(config=cfg, structured_output_mode="json_schema")
+    # graphiti's clients ignore config.max_tokens (they take their own argument) and build an
+    # AsyncOpenAI with a 10-minute timeout; a stuck call would hold a bank's writes that long.
+    from openai import AsyncOpenAI
+    client = AsyncOpenAI(api_key=cfg.api_key, base_url=cfg.base_url, timeout=LLM_TIMEOUT_S, max_retries=2)
+    if choice.provider == "openai":  # the Responses API, at OpenAI or a proxy of it
+        from graphiti_core.llm_client.openai_client import OpenAIClient
+        return OpenAIClient(config=cfg, client=client, max_tokens=cfg.max_tokens)
+    return ThinkStrippingClient(config=cfg, client=client, max_tokens=cfg.max_tokens,
+                                structured_output_mode="json_schema")
 
 
 def llm_available(settings: Settings, creds: Credentials) -> bool:

@@ -126,6 +126,16 @@ def close_kuzu(driver: GraphDriver, bank_dir: Path) -> None:
             driver.db.close()  # type: ignore[attr-defined]
         finally:
             _clear_owner(bank_dir)
+            _release_freed_memory()
+
+
+def _release_freed_memory() -> None:
+    """Hand memory Kuzu freed back to the system (glibc keeps it in its arenas otherwise)."""
+    try:
+        import ctypes
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 def open_neo4j(uri: str, user: str, password: str, database: str) -> GraphDriver:

@@ -1,0 +1,144 @@
+"""The LLM extraction engine through the real openai client, against the scripted LLM served
+on the loopback address: graphiti's real add_episode, our modes, cost counting, faults."""
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from memoryplus.testing.scripted_llm import ScriptedLLMServer
+from memoryplus.worker.records import Credentials, Turn
+
+T0 = datetime(2025, 1, 1, tzinfo=timezone.utc)
+
+
+@pytest.fixture
+def llm():
+    with ScriptedLLMServer() as server:
+        yield server
+
+
+def llm_settings(server, **values):
+    return dict(extraction_engine="llm", llm_provider="openai", override_base_url=server.base_url,
+                override_api_key="sk-test-aaaaaaaaaaaaaaaaaaaaaaaa", graphiti_model="scripted-llm",
+                embedding_provider="local", **values)
+
+
+@pytest.mark.option("extraction_engine")
+@pytest.mark.option("override_base_url")
+@pytest.mark.option("override_api_key")
+@pytest.mark.option("graphiti_model")
+async def test_llm_engine_stores_supersedes_and_counts_cost(make_engine, llm):
+    eng = make_engine(**llm_settings(llm))
+    assert eng.extraction == "llm"
+    rep = await eng.ingest("p", [Turn(id="1", user="I live in Berlin.", assistant="Nice.", time=T0)])
+    assert rep.stored == ["1"] and rep.llm_calls >= 2
+    await eng.ingest("p", [Turn(id="2", user="I moved. I live in Paris now.", time=T0 + timedelta(days=30))])
+    facts = [r for r in await eng.search("p", "where do I live") if r.kind == "fact"]
+    assert any("Paris" in r.text for r in facts) and not any("Berlin" in r.text for r in facts)
+    past = [r for r in await eng.search("p", "where do I live", as_of=T0 + timedelta(days=1)) if r.kind == "fact"]
+    assert any("Berlin" in r.text for r in past)
+    stats = await eng.stats("p")
+    assert stats.llm_calls == sum(llm.calls[k] for k in llm.calls if k not in ("embeddings",))
+    assert stats.llm_input_tokens > 0 and stats.llm_calls_today == stats.llm_calls
+    assert all(path.endswith("/responses") for path, body in llm.requests if body and "input" in body)
+    assert all(b.get("model") == "scripted-llm" for p, b in llm.requests if b and "input" in b)
+
+
+@pytest.mark.option("memory_mode")
+@pytest.mark.option("custom_analysis_prompt")
+async def test_each_mode_changes_what_graphiti_extracts(make_engine, llm, tmp_path):
+    turn = Turn(id="1", user="Dr Okafor reviewed the Apollo project; the deadline is Friday and "
+                            "I prefer green tea.", time=T0)
+    seen, labels = {}, {}
+    for mode in ("Identity", "Productivity", "Research", "CustomPrompt"):
+        eng = make_engine(tmp_path / mode, memory_mode=mode,
+                          custom_analysis_prompt="Only extract beverages and doctors.", **llm_settings(llm))
+        before = len(llm.requests)
+        await eng.ingest("bank", [turn])
+        prompts = json.dumps([b for _, b in llm.requests[before:] if b and "input" in b])
+        seen[mode] = prompts
+        labels[mode] = {lab for e in await eng.browse("bank", "entities") for lab in e["labels"]} - {"Entity"}
+        await eng.close()
+    assert "Preference" in seen["Identity"] and "Preference" not in seen["Productivity"]
+    assert "Project" in seen["Productivity"] and "Deadline" in seen["Productivity"]
+    assert "Only extract beverages and doctors." in seen["CustomPrompt"]
+    assert labels["Identity"] != labels["Productivity"], labels
+    assert all(labels.values()), "typed entities reach the graph"
+
+
+@pytest.mark.option("llm_provider")
+async def test_ollama_style_endpoint_with_think_blocks(make_engine, llm):
+    eng = make_engine(extraction_engine="llm", llm_provider="ollama", override_base_url=llm.base_url,
+                      graphiti_model="qwen3:8b", embedding_provider="local")
+    llm.inject("think", count=50)
+    rep = await eng.ingest("p", [Turn(id="1", user="I work at Siemens in Munich.", time=T0)])
+    assert rep.stored == ["1"]
+    assert any("chat/completions" in path for path, _ in llm.requests)
+    assert "Siemens" in "\n".join(r.text for r in await eng.search("p", "Siemens"))
+
+
+async def test_auto_uses_llm_only_with_credentials(make_engine, llm):
+    assert make_engine(extraction_engine="auto").extraction == "local"
+    with_key = make_engine(extraction_engine="auto", embedding_provider="local",
+                           credentials=Credentials(openai_api_key="sk-x" * 8))
+    assert with_key.extraction == "llm"
+
+
+async def test_a_failed_llm_call_leaves_nothing_half_stored(make_engine, llm):
+    eng = make_engine(**llm_settings(llm))
+    await eng.ingest("p", [Turn(id="1", user="I live in Berlin.", time=T0)])
+    llm.inject("429", count=100, retry_after=0)
+    with pytest.raises(Exception):
+        await eng.ingest("p", [Turn(id="2", user="I work at Siemens in Munich.", time=T0)])
+    llm.clear_faults()
+    rep = await eng.ingest("p", [Turn(id="2", user="I work at Siemens in Munich.", time=T0)])
+    assert rep.stored == ["2"]
+    stats = await eng.stats("p")
+    assert stats.episodes == 2
+    assert all(e["complete"] for e in await eng.browse("p", "episodes"))
+
+
+@pytest.mark.option("embedding_provider")
+@pytest.mark.option("embedding_base_url")
+@pytest.mark.option("embedding_api_key")
+@pytest.mark.option("embedding_model")
+async def test_remote_embeddings_use_their_own_endpoint(make_engine, llm):
+    eng = make_engine(extraction_engine="local", embedding_provider="openai", embedding_base_url=llm.base_url,
+                      embedding_api_key="sk-embed-bbbbbbbbbbbbbbbbbbbb", embedding_model="text-embedding-3-small",
+                      override_base_url="http://127.0.0.1:9/never-used")
+    await eng.ingest("p", [Turn(id="1", user="I live in Berlin.", time=T0)])
+    assert llm.calls["embeddings"] >= 1
+    stats = await eng.stats("p")
+    # The bank records the size the server really returned (the scripted one gives 384).
+    assert stats.embedder == "openai:text-embedding-3-small:384" and stats.embedding_dim == 384
+    assert stats.llm_calls == 0
+
+
+async def test_memory_gate_skips_small_talk_and_counts_it(make_engine, llm):
+    eng = make_engine(**llm_settings(llm, memory_mode="MemoryGate"))
+    rep = await eng.ingest("p", [Turn(id="1", user="hi", assistant="Hello! How can I help?", time=T0),
+                                 Turn(id="2", user="My dentist is Dr Okafor and I live in Berlin.", time=T0)])
+    assert "1" in rep.skipped and "memory gate" in rep.skipped["1"]
+    assert rep.stored == ["2"]
+    assert (await eng.stats("p")).skipped_by_gate == 1
+
+
+@pytest.mark.option("insight_model")
+@pytest.mark.option("insight_temperature")
+@pytest.mark.option("graphiti_temperature")
+@pytest.mark.option("max_context_tokens")
+async def test_models_temperatures_and_token_caps_reach_the_provider(make_engine, llm):
+    eng = make_engine(**llm_settings(llm, memory_mode="MemoryGate", insight_model="insight-m",
+                                     insight_temperature=0.7, graphiti_temperature=0.2,
+                                     max_context_tokens=16000))
+    await eng.ingest("p", [Turn(id="1", user="hmm, maybe later then", time=T0),
+                           Turn(id="2", user="My dentist is Dr Okafor.", time=T0)])
+    bodies = [b for _, b in llm.requests if b and "input" in b]
+    gate = [b for b in bodies if "MemoryGateDecision" in json.dumps(b)]
+    graph = [b for b in bodies if "MemoryGateDecision" not in json.dumps(b)]
+    assert gate and all(b["model"] == "insight-m" and b["temperature"] == 0.7 for b in gate)
+    assert graph and all(b["model"] == "scripted-llm" and b["temperature"] == 0.2 for b in graph)
+    assert all(b["max_output_tokens"] <= 4000 for b in bodies), "answers capped at a quarter of the context"
+    assert any(b["max_output_tokens"] == 4000 for b in graph)

@@ -1,0 +1,536 @@
+"""Local extraction: entities and facts with rules, no LLM (mistakes 8 and 10 avoided)."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from memoryplus.config.schema import MEMORY_MODES
+from memoryplus.worker.local_extract import (
+    LocalEntity,
+    LocalExtraction,
+    LocalFact,
+    canonical_entity,
+    extract,
+    gate_decision,
+    is_low_value,
+    word_count,
+)
+from memoryplus.worker.modes import mode_spec
+
+IDENTITY = mode_spec("Identity", emotion_tagging=False, topic_tagging=False)
+CHATBOT = mode_spec("Chatbot", emotion_tagging=False, topic_tagging=False)
+PRODUCTIVITY = mode_spec("Productivity", emotion_tagging=False, topic_tagging=False)
+
+JUNK = {"the", "i", "i'm", "me", "my", "you", "it", "this", "that", "thanks", "thank",
+        "hello", "hi", "hey", "yes", "no", "ok", "okay", "yesterday", "today", "tomorrow",
+        "sure", "great", "so", "well", "also", "please", "sorry", "maybe", "what", "how",
+        "why", "when", "where", "can", "could", "would", "do", "does", "is", "a", "an",
+        "and", "but", "or", "if", "then", "just", "really", "actually", "honestly",
+        "call", "check", "let", "good", "nice", "cool", "sounds", "looks", "monday",
+        "friday", "new", "happy", "birthday", "morning"}
+
+
+def triples(result: LocalExtraction) -> set[tuple[str, str, str]]:
+    return {(f.subject, f.relation, f.object) for f in result.facts}
+
+
+def run(text: str, spec=IDENTITY) -> LocalExtraction:
+    body = text if text.lstrip().lower().startswith(("user:", "assistant:")) else f"User: {text}"
+    return extract(body, spec)
+
+
+def assert_clean(result: LocalExtraction, spec=IDENTITY):
+    in_facts = {f.subject for f in result.facts} | {f.object for f in result.facts}
+    dates = {f.object for f in result.facts if f.relation in ("DUE_ON", "BORN_ON")}
+    for e in result.entities:
+        assert e.name in dates or e.name.lower() not in JUNK, e
+        if e.name in ("User", "Assistant"):       # speakers are entities of their facts
+            assert e.name in in_facts, e
+        assert e.name.strip() == e.name and len(e.name) >= 2, e
+        assert e.type == "Entity" or e.type in spec.entity_types, e
+    for f in result.facts:
+        assert f.subject and f.object and f.subject != f.object, f
+        assert f.relation.replace("_", "").isalnum() and f.relation.isupper(), f
+        assert f.fact.startswith(f.subject) and f.object in f.fact, f
+        names = {e.name for e in result.entities}
+        assert f.subject in names and f.object in names, f
+
+
+# ── recall: first person, the brief's examples and many more ─────────────────────────────
+
+CASES = [
+    # (text, expected triples)
+    ("I live in Berlin.", {("User", "LIVES_IN", "Berlin")}),
+    ("my name is Ada", {("User", "IS_CALLED", "Ada")}),
+    ("I work at Acme.", {("User", "WORKS_AT", "Acme")}),
+    ("My dentist is Dr Okafor.", {("User", "HAS_DENTIST", "Dr Okafor")}),
+    ("I love cooking.", {("User", "LIKES", "cooking")}),
+    ("I like jazz and I hate mornings.",
+     {("User", "LIKES", "jazz"), ("User", "DISLIKES", "mornings")}),
+    ("I use Neovim and VS Code.", {("User", "USES", "Neovim"), ("User", "USES", "VS Code")}),
+    ("I'm working on the Apollo project.", {("User", "WORKS_ON", "Apollo project")}),
+    ("The Q3 report is due on Friday.", {("Q3 report", "DUE_ON", "Friday")}),
+    ("I moved to Paris last year.", {("User", "LIVES_IN", "Paris")}),
+    # contractions, case, punctuation
+    ("i live in berlin and work at acme",
+     {("User", "LIVES_IN", "Berlin"), ("User", "WORKS_AT", "Acme")}),
+    ("I’m from Lagos, Nigeria!", {("User", "IS_FROM", "Lagos")}),
+    ("I've been living in Zürich for three years.", {("User", "LIVES_IN", "Zürich")}),
+    ("Honestly, I don't really enjoy running, but I love swimming.",
+     {("User", "DISLIKES", "running"), ("User", "LIKES", "swimming")}),
+    ("I'm 34 years old.", {("User", "HAS_AGE", "34")}),
+    ("I turned 30 last week.", {("User", "HAS_AGE", "30")}),
+    ("My name's Jamie.", {("User", "IS_CALLED", "Jamie")}),
+    ("Call me Ada from now on.", {("User", "IS_CALLED", "Ada")}),
+    ("I go by Jamie.", {("User", "IS_CALLED", "Jamie")}),
+    ("I'm Ada, nice to meet you.", {("User", "IS_CALLED", "Ada")}),
+    # roles
+    ("Dr Okafor is my dentist.", {("User", "HAS_DENTIST", "Dr Okafor")}),
+    ("my dentist is dr okafor", {("User", "HAS_DENTIST", "Dr Okafor")}),
+    ("My GP is Dr. Ngozi Adeyemi.", {("User", "HAS_GP", "Dr Ngozi Adeyemi")}),
+    ("My accountant is Mr Brown.", {("User", "HAS_ACCOUNTANT", "Mr Brown")}),
+    ("My landlord is called Mr Patel.", {("User", "HAS_LANDLORD", "Mr Patel")}),
+    ("My favourite colour is blue.", {("User", "HAS_FAVOURITE_COLOUR", "blue")}),
+    ("my favorite band is Radiohead", {("User", "HAS_FAVOURITE_BAND", "Radiohead")}),
+    ("My boss is Kim and my best friend is Sam.",
+     {("User", "HAS_BOSS", "Kim"), ("User", "HAS_BEST_FRIEND", "Sam")}),
+    ("My partner's name is Alex.", {("User", "HAS_PARTNER", "Alex")}),
+    ("My mom's birthday is May 5.", {("User's mom", "HAS_BIRTHDAY", "May 5")}),
+    ("My sister Anna lives in Rome.",
+     {("User", "HAS_SISTER", "Anna"), ("Anna", "LIVES_IN", "Rome")}),
+    ("My husband Tom is a chef at Nobu.",
+     {("User", "HAS_HUSBAND", "Tom"), ("Tom", "IS_A", "chef"), ("Tom", "WORKS_AT", "Nobu")}),
+    ("My brother works at Google.", {("User's brother", "WORKS_AT", "Google")}),
+    ("My kids are Tom and Lily.", {("User", "HAS_KID", "Tom"), ("User", "HAS_KID", "Lily")}),
+    ("I have a dog named Rex.", {("User", "HAS_DOG", "Rex")}),
+    ("I have two cats called Mochi and Tofu.",
+     {("User", "HAS_CAT", "Mochi"), ("User", "HAS_CAT", "Tofu")}),
+    # third person
+    ("Priya works for Globex.", {("Priya", "WORKS_AT", "Globex")}),
+    ("Bob Smith works at Initech.", {("Bob Smith", "WORKS_AT", "Initech")}),
+    ("Anna loves hiking.", {("Anna", "LIKES", "hiking")}),
+    ("Kenji is from Osaka.", {("Kenji", "IS_FROM", "Osaka")}),
+    # other verbs and forms, not spelled out in the rules' comments
+    ("I reside in Oslo.", {("User", "LIVES_IN", "Oslo")}),
+    ("I relocated to Vancouver in March.", {("User", "LIVES_IN", "Vancouver")}),
+    ("I've worked at Siemens for five years.", {("User", "WORKS_AT", "Siemens")}),
+    ("I'm employed by the City of Boston.", {("User", "WORKS_AT", "City of Boston")}),
+    ("I work as a nurse at St Mary's Hospital.",
+     {("User", "WORKS_AS", "nurse"), ("User", "WORKS_AT", "St Mary's Hospital")}),
+    ("I'm a software engineer at Google.",
+     {("User", "IS_A", "software engineer"), ("User", "WORKS_AT", "Google")}),
+    ("I study computer science at the University of Edinburgh.",
+     {("User", "STUDIES", "computer science"),
+      ("User", "STUDIES_AT", "University of Edinburgh")}),
+    ("I was born in 1990 in Łódź.", {("User", "BORN_ON", "1990"), ("User", "BORN_IN", "Łódź")}),
+    ("I'm married to John Smith.", {("User", "MARRIED_TO", "John Smith")}),
+    ("I speak French and German.", {("User", "SPEAKS", "French"), ("User", "SPEAKS", "German")}),
+    ("I'm learning Japanese these days.", {("User", "LEARNING", "Japanese")}),
+    ("I play the piano and chess.", {("User", "PLAYS", "piano"), ("User", "PLAYS", "chess")}),
+    ("I own a Tesla Model 3.", {("User", "OWNS", "Tesla Model 3")}),
+    ("I've been using Arch Linux for years.", {("User", "USES", "Arch Linux")}),
+    ("I love hiking, cooking and jazz.",
+     {("User", "LIKES", "hiking"), ("User", "LIKES", "cooking"), ("User", "LIKES", "jazz")}),
+    ("I like to cook.", {("User", "LIKES", "cooking")}),
+    ("I adore Italian food.", {("User", "LIKES", "Italian food")}),
+    ("I am into rock climbing and board games.",
+     {("User", "LIKES", "rock climbing"), ("User", "LIKES", "board games")}),
+    ("I'm a big fan of Studio Ghibli.", {("User", "LIKES", "Studio Ghibli")}),
+    ("I'm fond of old cars.", {("User", "LIKES", "old cars")}),
+    ("I can't stand loud music.", {("User", "DISLIKES", "loud music")}),
+    ("I don't like mushrooms.", {("User", "DISLIKES", "mushrooms")}),
+    ("I dislike cilantro, I detest olives.",
+     {("User", "DISLIKES", "cilantro"), ("User", "DISLIKES", "olives")}),
+    ("I prefer tea over coffee.", {("User", "PREFERS", "tea")}),
+    ("I'm interested in astronomy.", {("User", "INTERESTED_IN", "astronomy")}),
+    ("I’m allergic to cats and I’m a vegan.",
+     {("User", "ALLERGIC_TO", "cats"), ("User", "IS_A", "vegan")}),
+    ("I'm 29 and I live in Oslo.", {("User", "HAS_AGE", "29"), ("User", "LIVES_IN", "Oslo")}),
+    ("I went to Japan in 2019.", {("User", "VISITED", "Japan")}),
+    ("I've been to Japan twice.", {("User", "VISITED", "Japan")}),
+    ("I visited Great Britain and the United States.",
+     {("User", "VISITED", "Great Britain"), ("User", "VISITED", "United States")}),
+    ("I live in New York City now.", {("User", "LIVES_IN", "New York City")}),
+    ("Hey! So I just moved to Lisbon from Toronto.", {("User", "LIVES_IN", "Lisbon")}),
+    # tasks, goals, deadlines, instructions
+    ("I'd like to learn Spanish.", {("User", "HAS_GOAL", "learn Spanish")}),
+    ("I hope to run a marathon next year.", {("User", "HAS_GOAL", "run a marathon")}),
+    ("Remind me to call the bank tomorrow.",
+     {("User", "HAS_TASK", "call the bank"), ("call the bank", "DUE_ON", "tomorrow")}),
+    ("I need to submit my thesis by June 15.",
+     {("User", "HAS_TASK", "submit thesis"), ("submit thesis", "DUE_ON", "June 15")}),
+    ("The deadline for the Q3 report is next Monday.",
+     {("Q3 report", "DUE_ON", "next Monday")}),
+    ("Our sprint review is due Friday.", {("sprint review", "DUE_ON", "Friday")}),
+    ("The invoice for Acme is due by end of the month.",
+     {("invoice for Acme", "DUE_ON", "end of month")}),
+    ("Please always answer in French.",
+     {("User", "GAVE_INSTRUCTION", "always answer in French")}),
+]
+
+
+@pytest.mark.parametrize("text,expected", CASES, ids=[c[0][:40] for c in CASES])
+def test_recall(text, expected):
+    result = run(text)
+    assert expected <= triples(result), triples(result)
+    assert_clean(result)
+
+
+def test_fact_sentences_are_readable():
+    facts = {f.relation: f.fact for f in run(
+        "I live in Berlin. My dentist is Dr Okafor. I'm 34. I love cooking. "
+        "I work as a nurse.").facts}
+    assert facts["LIVES_IN"] == "User lives in Berlin"
+    assert facts["HAS_DENTIST"] == "User's dentist is Dr Okafor"
+    assert facts["HAS_AGE"] == "User is 34 years old"
+    assert facts["LIKES"] == "User loves cooking"
+    assert facts["WORKS_AS"] == "User works as a nurse"
+    due = run("The Apollo project is due on Friday.", PRODUCTIVITY).facts[0]
+    assert due.fact == "Apollo project is due on Friday"
+
+
+# ── functional relations come from grammar ─────────────────────────────────────────────
+
+@pytest.mark.parametrize("text,relation,functional", [
+    ("I live in Berlin.", "LIVES_IN", True),
+    ("I reside in Oslo.", "LIVES_IN", True),
+    ("I work at Acme.", "WORKS_AT", True),
+    ("My name is Ada.", "IS_CALLED", True),
+    ("I'm 34.", "HAS_AGE", True),
+    ("I'm from Lyon.", "IS_FROM", True),
+    ("I'm married to Sam.", "MARRIED_TO", True),
+    ("The report is due Friday.", "DUE_ON", True),
+    ("My dentist is Dr Okafor.", "HAS_DENTIST", True),
+    ("My boss is Kim.", "HAS_BOSS", True),
+    ("My plumber is Joe.", "HAS_PLUMBER", True),           # any singular role
+    ("My favourite food is ramen.", "HAS_FAVOURITE_FOOD", True),
+    ("My best friend is Sam.", "HAS_BEST_FRIEND", True),   # "best" makes it unique
+    ("My friend is Sam.", "HAS_FRIEND", False),            # people have several friends
+    ("My sister is Anna.", "HAS_SISTER", False),
+    ("My colleague is Raj.", "HAS_COLLEAGUE", False),
+    ("I have a dog named Rex.", "HAS_DOG", False),
+    ("I love cooking.", "LIKES", False),
+    ("I use Vim.", "USES", False),
+    ("I speak French.", "SPEAKS", False),
+    ("I'm working on Apollo.", "WORKS_ON", False),
+    ("I visited Rome.", "VISITED", False),
+])
+def test_functional(text, relation, functional):
+    facts = [f for f in run(text).facts if f.relation == relation]
+    assert facts, triples(run(text))
+    assert all(f.functional is functional for f in facts)
+
+
+def test_a_later_statement_supersedes_within_a_turn():
+    result = run("I live in Berlin. Actually, I live in Potsdam now.")
+    assert [f.object for f in result.facts if f.relation == "LIVES_IN"] == ["Potsdam"]
+    result = run("I lived in Berlin, but now I live in Paris.")
+    assert [f.object for f in result.facts if f.relation == "LIVES_IN"] == ["Paris"]
+
+
+# ── what must not be asserted ───────────────────────────────────────────────────────────
+
+@pytest.mark.parametrize("text", [
+    "I don't live in Berlin anymore.",
+    "I do not live in Berlin any more.",
+    "I no longer work at Acme.",
+    "I never worked at Acme.",
+    "I haven't lived in Berlin for years.",
+    "I used to live in London.",
+    "I lived in Berlin for ten years.",
+    "I'm not from Paris.",
+    "I'm moving to Paris next month.",
+    "Maybe I'll move to Madrid.",
+    "I might work at Google one day.",
+    "If I lived in Paris I would be happy.",
+    "I wish I lived in Hawaii.",
+    "Do you know where I live?",
+    "Do I work at Acme?",
+    "Where do you live?",
+    "He lives in Paris.",
+    "It is due tomorrow.",
+    "My old boss was Kim.",
+    "I live in a small town near Munich.",
+    "I live in the countryside.",
+    "I'm a bit tired today.",
+    "I love you.",
+    "I like that idea.",
+    "I like how you explained it.",
+    "I really really love this!",
+    "I really don't like it when people are late.",
+    "My car is broken.",
+    "Thanks! That's great.",
+    "Sounds good. Let me check the logs first.",
+    "OK thanks, that makes sense.",
+    "The weather is nice today.",
+    "We went to Italy last summer.",
+    "I need to know.",
+    "I want to see it.",
+])
+def test_no_fact(text):
+    result = run(text)
+    assert result.facts == [], triples(result)
+    assert_clean(result)
+
+
+def test_negation_keeps_other_clauses():
+    result = run("I'm not from Paris, I'm from Lyon.")
+    assert triples(result) == {("User", "IS_FROM", "Lyon")}
+    result = run("I no longer live in Berlin; I live in Munich.")
+    assert triples(result) == {("User", "LIVES_IN", "Munich")}
+    result = run("Not anymore, I work at Globex now.")
+    assert triples(result) == {("User", "WORKS_AT", "Globex")}
+
+
+# ── speakers ────────────────────────────────────────────────────────────────────────────
+
+def test_assistant_lines_you_is_the_user_and_i_is_the_assistant():
+    body = ("User: what do you know about me?\n"
+            "Assistant: You live in Berlin, and your dentist is Dr Okafor. "
+            "I love helping people.")
+    found = triples(extract(body, IDENTITY))
+    assert ("User", "LIVES_IN", "Berlin") in found
+    assert ("User", "HAS_DENTIST", "Dr Okafor") in found
+    assert ("Assistant", "LIKES", "helping people") in found
+    body = "Assistant: Noted — you're allergic to peanuts and your favourite food is ramen."
+    assert triples(extract(body, IDENTITY)) == {("User", "ALLERGIC_TO", "peanuts"),
+                                                ("User", "HAS_FAVOURITE_FOOD", "ramen")}
+
+
+def test_assistant_hedges_assert_nothing():
+    body = ("User: should I move?\nAssistant: I'd be happy to help you move to Berlin. "
+            "I don't live anywhere, I'm an AI. Do you live in Paris?")
+    assert extract(body, IDENTITY).facts == []
+
+
+def test_user_you_is_the_assistant():
+    found = triples(run("Your name is Apex."))
+    assert found == {("Assistant", "IS_CALLED", "Apex")}
+
+
+def test_multi_line_and_unlabelled_bodies():
+    body = "User: I live in Oslo.\nI also work at Equinor.\nAssistant: Nice!"
+    assert triples(extract(body, IDENTITY)) == {("User", "LIVES_IN", "Oslo"),
+                                                ("User", "WORKS_AT", "Equinor")}
+    assert triples(extract("I live in Oslo.", IDENTITY)) == {("User", "LIVES_IN", "Oslo")}
+    assert extract("", IDENTITY) == LocalExtraction([], [])
+    assert extract("System: you are a helpful assistant\n", IDENTITY).facts == []
+
+
+# ── entities and their types ────────────────────────────────────────────────────────────
+
+def entity_types(result):
+    return {e.name: e.type for e in result.entities}
+
+
+def test_types_follow_the_mode():
+    text = "I'm working on the Apollo project with Priya. The Apollo project is due on Friday."
+    prod = entity_types(run(text, PRODUCTIVITY))
+    assert prod["Apollo project"] == "Project"
+    assert prod["Friday"] == "Deadline"
+    ident = entity_types(run(text, IDENTITY))
+    assert ident["Apollo project"] == "Entity"           # Identity has no Project type
+    assert ident["Friday"] == "Entity"
+    ident = entity_types(run("I live in Berlin and work at Acme Corp.", IDENTITY))
+    assert ident == {"User": "Person", "Berlin": "Place", "Acme Corp": "Organization"}
+    chat = entity_types(run("I have a dog named Rex and I love hiking.", CHATBOT))
+    assert chat["Rex"] == "Thing" and chat["hiking"] == "Interest"
+    tools = entity_types(run("I use Jira and Figma for the launch.", PRODUCTIVITY))
+    assert tools["Jira"] == tools["Figma"] == "Tool"
+
+
+@pytest.mark.parametrize("mode", MEMORY_MODES)
+def test_every_mode_types_with_its_own_types(mode):
+    spec = mode_spec(mode, emotion_tagging=False, topic_tagging=False)
+    text = ("Hi! I'm Ada. I live in Berlin, work at Acme Corp and I'm working on the Apollo "
+            "project, which is due on Friday. My dentist is Dr Okafor. I love cooking.")
+    result = run(text, spec)
+    assert_clean(result, spec)
+    assert ("User", "LIVES_IN", "Berlin") in triples(result)
+
+
+def test_names_in_running_text():
+    result = run("Yesterday I met Sarah at the Louvre with Dr. Jane Goodall and the team "
+                 "from New York.")
+    names = {e.name for e in result.entities}
+    assert {"Sarah", "Louvre", "Dr Jane Goodall", "New York"} <= names
+    assert_clean(result)
+    result = run("I love New York. New York is huge. Thanks Bob, see you on Monday.")
+    names = {e.name for e in result.entities}
+    assert "New York" in names and "Bob" in names
+    assert not names & {"York", "Monday", "Thanks"}
+
+
+@pytest.mark.parametrize("text", [
+    "Thanks! That's great.",
+    "Hello there. How are you today?",
+    "Happy Birthday!",
+    "Good Morning! Merry Christmas everyone!",
+    "Sounds good. Let me check the logs first.",
+    "Yes. No. Maybe. OK. Sure. Cool.",
+    "Call Bob tomorrow.",
+    "First, check the logs. Then restart it.",
+    "Please explain this. Also, make it shorter.",
+    "What? Why? How? When? Where?",
+    "Can you help me? I need a hand.",
+])
+def test_precision_of_names(text):
+    result = run(text)
+    assert_clean(result)
+    names = {e.name.lower() for e in result.entities}
+    assert names <= {"bob"}, names
+
+
+def test_roles_alone_are_not_names():
+    result = run("My GP said I should ask Mom.")
+    assert not {e.name for e in result.entities} & {"GP", "Mom"}
+    result = run("Mum lives in Cork.")
+    assert triples(result) == {("User's mum", "LIVES_IN", "Cork")}
+
+
+def test_unicode_names():
+    result = run("Zoë Müller lives in São Paulo and works at Société Générale.")
+    assert ("Zoë Müller", "LIVES_IN", "São Paulo") in triples(result)
+    assert ("Zoë Müller", "WORKS_AT", "Société Générale") in triples(result)
+    result = run("我住在北京。 Я живу в Москве.")        # no crash, nothing invented
+    assert result.facts == []
+
+
+def test_tagging_adds_emotion_and_topic_entities():
+    tagged = mode_spec("Chatbot", emotion_sensitivity="Medium")
+    result = run("I'm so frustrated, my Ubuntu kernel keeps crashing after the update.", tagged)
+    types = entity_types(result)
+    assert types.get("frustrated") == "Emotion"
+    assert types.get("linux") == "Topic"
+    assert "frustrated" not in entity_types(run("I'm so frustrated with Ubuntu.", CHATBOT))
+    low = mode_spec("Chatbot", emotion_sensitivity="Low", topic_tagging=False)
+    assert "frustrated" not in entity_types(run("I'm frustrated.", low))
+
+
+def test_result_types():
+    result = run("I live in Berlin.")
+    assert all(isinstance(e, LocalEntity) for e in result.entities)
+    assert all(isinstance(f, LocalFact) for f in result.facts)
+    assert result.facts[0] == LocalFact("User", "LIVES_IN", "Berlin", "User lives in Berlin",
+                                        True)
+
+
+def test_deterministic():
+    text = ("I live in Berlin, work at Acme and love jazz. My sister Anna lives in Rome. "
+            "The Q3 report is due on Friday.")
+    first = run(text)
+    for _ in range(3):
+        assert run(text) == first
+
+
+# ── size ────────────────────────────────────────────────────────────────────────────────
+
+@pytest.mark.parametrize("body", [
+    "User: " + "I live in Berlin and I love cooking. My dentist is Dr Okafor. " * 16_000,
+    "User: " + "a" * 1_000_000,
+    "User: " + "Abc " * 250_000,
+    "User: hi" + "\n" * 1_000_000,
+    "User: hi\nAssistant: ok\n" * 40_000,
+    "User: I love " + "x, " * 330_000,
+    "User: " + "!?." * 330_000,
+    "User: I love " + "cats and " * 110_000,
+], ids=["sentences", "one-word", "capitals", "newlines", "labels", "commas", "punct", "ands"])
+def test_one_megabyte_is_bounded(body):
+    start = time.perf_counter()
+    result = extract(body, IDENTITY)
+    elapsed = time.perf_counter() - start
+    assert elapsed < 1.0, f"{elapsed:.2f} s"
+    assert len(result.facts) <= 200 and len(result.entities) <= 300
+
+
+def test_a_long_paste_does_not_crowd_out_the_other_speaker():
+    body = ("User: " + "Lorem ipsum dolor sit amet. " * 40_000 + "\n"
+            "Assistant: Noted, you live in Berlin.")
+    assert ("User", "LIVES_IN", "Berlin") in triples(extract(body, IDENTITY))
+
+
+# ── word count, low value ───────────────────────────────────────────────────────────────
+
+@pytest.mark.option("low_value_threshold")
+def test_word_count_ignores_role_labels():
+    assert word_count("User: hi\nAssistant: Hello!") == 2
+    assert word_count("User: ok") == 1
+    assert word_count("user:   \nASSISTANT: 👍") == 0
+    assert word_count("User: I'm fine, don't worry — it's e-mail.") == 6
+    assert word_count("User: the User: label only counts at a line start") == 9
+    assert word_count("") == 0
+
+
+@pytest.mark.option("auto_prune")
+def test_is_low_value():
+    assert is_low_value("User: hi\nAssistant: Hello!", 3)
+    assert not is_low_value("User: hi there\nAssistant: Hello!", 3)
+    assert is_low_value("User: thanks\nAssistant: You're welcome.", 5)
+    assert not is_low_value("User: I live in Berlin", 3)
+    assert is_low_value("", 1)
+    assert not is_low_value("User: ok", 1)
+
+
+# ── the memory gate, locally ────────────────────────────────────────────────────────────
+
+@pytest.mark.parametrize("body,decision", [
+    ("User: hi\nAssistant: Hello! How can I help?", False),
+    ("User: thanks!\nAssistant: You're welcome.", False),
+    ("User: ok cool", False),
+    ("", False),
+    ("User: off the record, I hate my job", False),
+    ("User: please don't remember this: I'm job hunting", False),
+    ("User: I live in Berlin", True),
+    ("User: my dentist is Dr Okafor", True),
+    ("User: remember that the wifi password is in the blue notebook", True),
+    ("User: The Q3 report is due on Friday", True),
+    ("User: what is the capital of France?\nAssistant: Paris.", None),
+    ("User: can you make this paragraph shorter\nAssistant: Sure: ...", None),
+])
+def test_gate_decision(body, decision):
+    keep, reason = gate_decision(body)
+    assert keep is decision, reason
+    assert isinstance(reason, str) and reason
+
+
+# ── alias resolution ────────────────────────────────────────────────────────────────────
+
+EXISTING = ["Bob Smith", "Dr Okafor", "Zoë Martin", "Acme Corp", "Berlin", "St Louis",
+            "The Beatles", "Anna"]
+
+
+@pytest.mark.parametrize("name,expected", [
+    ("Bob", "Bob Smith"),
+    ("bob smith", "Bob Smith"),
+    ("Smith", "Bob Smith"),
+    ("dr okafor", "Dr Okafor"),
+    ("Dr. Okafor", "Dr Okafor"),
+    ("DR OKAFOR", "Dr Okafor"),
+    ("Okafor", "Dr Okafor"),
+    ("Zoe", "Zoë Martin"),
+    ("zoe martin", "Zoë Martin"),
+    ("Acme", "Acme Corp"),
+    ("berlin", "Berlin"),
+    ("Anna Schmidt", "Anna"),
+    ("Bob's", "Bob Smith"),
+    ("Mr Okafor", None),          # a different title is a different person
+    ("Dr Smith", None),
+    ("Bob Jones", None),
+    ("Louis", None),              # not a person's first name
+    ("Beatles", None),
+    ("Al", None),                 # no substring matches
+    ("Bo", None),
+    ("Robert", None),
+    ("The", None),
+    ("", None),
+])
+def test_canonical_entity(name, expected):
+    assert canonical_entity(name, EXISTING) == expected
+
+
+def test_canonical_entity_ambiguity():
+    assert canonical_entity("Bob", ["Bob Smith", "Bob Jones"]) is None
+    assert canonical_entity("Anna Schmidt", ["Anna", "Anna Berg"]) is None
+    assert canonical_entity("Bob", []) is None
+    assert canonical_entity("Bob", iter(["Bob Smith"])) == "Bob Smith"   # any iterable
