@@ -84,6 +84,10 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--bank", required=True)
 
     sub.add_parser("demo", help="a scripted conversation showing memory at work (offline)")
+
+    c = sub.add_parser("launch", help="start PyGPT with MemoryPlus registered (PyGPT's own "
+                                      "arguments pass through)")
+    c.add_argument("pygpt_args", nargs=argparse.REMAINDER)
     return p
 
 
@@ -163,6 +167,25 @@ def _print_results(results, as_json: bool) -> None:
         state = "current" if r.invalid_at is None else f"until {r.invalid_at.date().isoformat()}"
         tags = " ".join(f"[{t}]" for t in r.tags)
         print(f"{r.score:.3f}  {r.kind:<7} {r.text.replace(chr(10), ' / ')[:160]}  ({when}, {state}) {tags}")
+
+
+def launch(pygpt_args: list[str]) -> int:
+    """Run PyGPT with the plugin registered, telling a first-time user how to switch it on."""
+    from memoryplus.config.paths import pygpt_workdir
+    try:
+        enabled = json.loads((pygpt_workdir() / "config.json").read_text()).get(
+            "plugins_enabled", {}).get("memoryplus")
+    except (OSError, ValueError):
+        enabled = False
+    if not enabled:
+        print("MemoryPlus is registered. To switch it on: Plugins menu → tick MemoryPlus; "
+              "settings in Plugins → Settings… → MemoryPlus.", file=sys.stderr)
+    from pygpt_net.app import run
+
+    from memoryplus.plugin.plugin import Plugin
+    sys.argv = ["pygpt", *pygpt_args]
+    run(plugins=[Plugin()])
+    return 0
 
 
 async def _run(args) -> int:
@@ -287,6 +310,8 @@ def main(argv: list[str] | None = None) -> int:
     install_log_filter()
     if not args.verbose:
         logging.getLogger("graphiti_core").setLevel(logging.CRITICAL)
+    if args.command == "launch":
+        return launch(args.pygpt_args)
     try:
         return asyncio.run(_run(args))
     except KeyboardInterrupt:

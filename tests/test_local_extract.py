@@ -382,6 +382,44 @@ def test_precision_of_names(text):
     assert names <= {"bob"}, names
 
 
+def test_a_long_assistant_answer_adds_names_only():
+    body = (
+        "User: My laptop keeps overheating when I play games. I'm on Ubuntu 22.04 with an "
+        "Nvidia card.\n"
+        "Assistant: That sounds frustrating! Here are a few things you can try:\n"
+        "1. Check your fan speeds with `sensors` (install lm-sensors first).\n"
+        "2. Make sure the Nvidia proprietary driver is installed: open Software & Updates, go "
+        "to Additional Drivers, and pick the recommended one.\n"
+        "3. Clean the vents. Dust is the most common cause of overheating.\n"
+        "4. Consider a cooling pad. Many users report a 5-10°C drop.\n"
+        "If the problem persists, it may be worth contacting Lenovo support, since your "
+        "warranty might still be valid.\nLet me know how it goes!")
+    result = extract(body, CHATBOT)
+    assert result.facts == []
+    assert {e.name for e in result.entities} == {"Ubuntu 22.04", "Nvidia", "Software & Updates",
+                                                 "Additional Drivers", "Lenovo"}
+
+
+def test_invariants_on_random_input():
+    import random
+    rng = random.Random(7)
+    vocab = ("I i my you your is am not don't never live lives in at to from work love hate "
+             "use Berlin Dr Okafor dentist name called 's , . ! ? ; : — - ( ) \" and but if the "
+             "a Apollo project due on Friday 34 have dog named Rex remind me to would like "
+             "can't Zoë 😂 :) always from now on User: Assistant: \n").split(" ")
+    specs = [mode_spec(m) for m in MEMORY_MODES]
+    for _ in range(400):
+        body = " ".join(rng.choice(vocab) for _ in range(rng.randint(0, 30)))
+        spec = rng.choice(specs)
+        result = extract(body, spec)
+        names = {e.name for e in result.entities}
+        for f in result.facts:
+            assert f.subject in names and f.object in names, (body, f)
+        for e in result.entities:
+            assert e.name.strip() and (e.type == "Entity" or e.type in spec.entity_types)
+        gate_decision(body)
+
+
 def test_roles_alone_are_not_names():
     result = run("My GP said I should ask Mom.")
     assert not {e.name for e in result.entities} & {"GP", "Mom"}

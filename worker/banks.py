@@ -12,6 +12,7 @@ import json
 import os
 import re
 import unicodedata
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +45,11 @@ def slug(name: str) -> str:
     readable = _UNSAFE.sub("-", folded).strip("-").lower()[:40].strip("-") or "bank"
     digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:12]
     return f"{readable}_{digest}"
+
+
+def episode_uuid(bank_slug: str, caller_id: str) -> str:
+    """The stored episode of a caller's turn: the same id always maps to the same episode."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"memoryplus:{bank_slug}:{caller_id}"))
 
 
 @dataclass

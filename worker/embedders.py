@@ -25,6 +25,11 @@ class LocalEmbedder(EmbedderClient):
     _model = None
     _lock = threading.Lock()
 
+    @staticmethod
+    def available() -> bool:
+        import importlib.util
+        return importlib.util.find_spec("wordllama") is not None
+
     @classmethod
     def _load(cls):
         with cls._lock:

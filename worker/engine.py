@@ -20,7 +20,6 @@ import os
 import re
 import shutil
 import time
-import uuid as uuidlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -44,7 +43,7 @@ from graphiti_core.utils.bulk_utils import add_nodes_and_edges_bulk
 from memoryplus.config.schema import Settings
 from memoryplus.worker import insights as insight_rules
 from memoryplus.worker import local_extract, redact
-from memoryplus.worker.banks import BankDirectory, BankManifest, check_name, slug
+from memoryplus.worker.banks import BankDirectory, BankManifest, check_name, episode_uuid, slug
 from memoryplus.worker.modes import ModeSpec, mode_spec
 from memoryplus.worker.providers import (
     EmbedderChoice, LLMUsage, OverlapReranker, ProviderError, build_embedder, build_llm,
@@ -109,10 +108,6 @@ def content_hash(text: str, tags: Iterable[str]) -> str:
     h = hashlib.sha256(text.encode("utf-8", "surrogatepass"))
     h.update(("\x00" + "\x00".join(sorted(tags))).encode("utf-8", "surrogatepass"))
     return h.hexdigest()[:16]
-
-
-def episode_uuid(bank_slug: str, caller_id: str) -> str:
-    return str(uuidlib.uuid5(uuidlib.NAMESPACE_URL, f"memoryplus:{bank_slug}:{caller_id}"))
 
 
 def truncate_tokens(text: str, max_tokens: int) -> str:

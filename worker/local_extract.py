@@ -753,12 +753,14 @@ def _name_runs(toks: list[str], lows: list[str], sentence_start: int = 0,
                 break
         start = i
         # A capitalised sentence start is a name only with evidence: more words of a name,
-        # a verb of a sentence about it ("Berlin is", "Anna loves"), or the same word
-        # capitalised elsewhere.
+        # a verb that takes a person or thing as subject ("Anna loves", "Priya said"), or a
+        # possessive; never when the same word appears lowercase elsewhere in the turn.
         if initial and j - start == 1 and not title:
             nxt = lows[j] if j < n else ""
-            verbish = nxt in ("is", "was", "has", "and", "'s") or nxt in _REPORTING or (
-                nxt in _FORMS and _FORMS[nxt][1] in ("3sg", "past"))
+            # "Priya said", "Anna loves" (not "Dust is": a copula follows any noun)
+            verbish = nxt in _REPORTING or (
+                nxt in _FORMS and _FORMS[nxt][1] in ("3sg", "past") and _FORMS[nxt][0] != "be"
+                and nxt not in ("has", "had"))
             if low in lowercase_elsewhere or not (verbish or tok.endswith("'s")):
                 i = j
                 continue

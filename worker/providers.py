@@ -119,7 +119,7 @@ def resolve_llm(settings: Settings, creds: Credentials) -> LLMChoice:
     if provider == "auto":
         if settings.override_base_url and creds.model_provider not in ("ollama", "google"):
             provider = "openai_compatible"
-        elif creds.model_provider in ("openai", "ollama", "google"):
+        elif creds.model_provider in ("openai", "ollama", "google", "openai_compatible"):
             provider = creds.model_provider
         else:
             provider = "openai"
@@ -135,7 +135,7 @@ def resolve_llm(settings: Settings, creds: Credentials) -> LLMChoice:
         base = settings.override_base_url or creds.ollama_base_url
         chosen = settings.llm_provider == "ollama" or creds.model_provider == "ollama"
         return LLMChoice(provider, key or "ollama", base or OLLAMA_DEFAULT_URL, chosen or bool(base))
-    base = settings.override_base_url
+    base = settings.override_base_url or creds.openai_base_url
     return LLMChoice("openai_compatible", key or creds.openai_api_key or "none", base, bool(base))
 
 
@@ -204,6 +204,10 @@ def resolve_embedder(settings: Settings, creds: Credentials, recorded: str = "")
         else:
             provider = "local"
     if provider == "local":
+        if not LocalEmbedder.available():
+            # A PyGPT add-on install may lack WordLlama (see README); hashed features still
+            # give keyword-like vectors, under their own id, so no bank mixes the two.
+            return EmbedderChoice("hash", "hash", 384)
         return EmbedderChoice("local", "wordllama-l2-256", LocalEmbedder.dim)
     if provider == "hash":  # tests and benchmarks only; not offered in the settings
         return EmbedderChoice("hash", "hash", 384)

@@ -1,0 +1,551 @@
+"""MemoryPlus as a PyGPT plugin: the adapter between PyGPT's events and our machinery.
+
+Threads (PyGPT 2.9.1, see reference/pygpt-plugin-api.md):
+- GUI thread: INPUT_BEFORE (chat commands), CTX_BEFORE (start this turn's search: a
+  non-blocking hand-off), SYSTEM_PROMPT (nothing), CTX_END (hand the turn to the queue: no I/O).
+- Pool thread in chat mode: POST_PROMPT_END, where we wait (bounded) for this turn's search and
+  inject the block into this same turn's system prompt. Where PyGPT runs it on the GUI thread
+  (assistant/expert modes) we only take what is ready within the GUI budget.
+Every handler catches everything: an exception escaping handle() leaves PyGPT "generating".
+Widgets are touched only from the GUI thread: results from other threads arrive by signal.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QTimer, Signal, Slot
+
+from pygpt_net.core.events import Event
+from pygpt_net.plugin.base.plugin import BasePlugin
+
+from memoryplus.config.paths import SETTINGS_FILE, load_settings, save_settings
+from memoryplus.config.schema import TABS, Settings
+from memoryplus.plugin import commands as chat_commands
+from memoryplus.plugin import host
+from memoryplus.plugin.memory_block import build_block, inject
+from memoryplus.worker.records import SearchResult, Turn
+
+log = logging.getLogger("memoryplus.plugin")
+
+PLUGIN_ID = "memoryplus"
+GUI_BUDGET_S = 0.02        # the longest the GUI thread ever waits on us
+INJECT_WAIT_S = 4.0        # off the GUI thread: how long a turn waits for its memories
+SEARCH_TIMEOUT_S = 15.0
+COMMAND_TIMEOUT_S = 60.0
+EXPIRY_EVERY_S = 24 * 3600
+
+
+@dataclass
+class PendingSearch:
+    bank: str
+    query: str
+    started: float
+    done: threading.Event = field(default_factory=threading.Event)
+    results: list[SearchResult] | None = None
+
+
+class Plugin(BasePlugin):
+    notify = Signal(str)           # text for the user, shown on the GUI thread
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.id = PLUGIN_ID
+        self.name = "MemoryPlus"
+        self.description = ("Time-aware long-term memory: remembers your conversations in a "
+                            "knowledge graph and recalls what matters in later chats.")
+        self.prefix = "MemoryPlus"
+        self.type = []
+        self.order = 100
+        self.use_locale = False
+        self.tabs = dict(TABS)
+        self.settings = Settings()
+        self.client = None
+        self.queue = None
+        self.cache = None
+        self.sanitizer = None
+        self.counters = {"injected": 0, "late": 0, "empty": 0, "errors": 0, "commands": 0}
+        self.last_error = ""
+        self._lock = threading.Lock()
+        self._searches: dict[int, PendingSearch] = {}
+        self._last_turn: dict[str, Turn] = {}
+        self._seen_turns: set[str] = set()
+        self._forget_offer: tuple[str, list[SearchResult]] | None = None
+        self._started = False
+        self._status = ""
+        self._last_expiry = 0.0
+        self._llm_calls: list[tuple[float, int]] = []
+        self.init_options()
+
+    # ── options ────────────────────────────────────────────────────────────────────────
+    def init_options(self):
+        host.register_options(self)
+
+    # ── life cycle ─────────────────────────────────────────────────────────────────────
+    def setup_ui(self):
+        """Once, on the GUI thread, for every registered plugin (enabled or not)."""
+        self.notify.connect(self._show_message)
+        if self._enabled():
+            QTimer.singleShot(0, self._ensure_started)
+
+    def _enabled(self) -> bool:
+        try:
+            return bool(self.window.core.config.get("plugins_enabled", {}).get(self.id))
+        except Exception:
+            return False
+
+    def user_dir(self) -> Path:
+        try:
+            return Path(self.window.core.config.get_user_path()) / "memoryplus"
+        except Exception:
+            from memoryplus.config.paths import default_data_dir
+            return default_data_dir()
+
+    def banks_dir(self) -> Path:
+        path = self.settings.kuzu_storage_path.strip()
+        return Path(path).expanduser() if path else self.user_dir()
+
+    def _ensure_started(self) -> None:
+        """Build the machinery (cheap) and start the worker in the background."""
+        with self._lock:
+            if self._started:
+                return
+            self._started = True
+        try:
+            self._restore_or_mirror_settings()
+            from memoryplus.plugin.cache import SearchCache
+            from memoryplus.plugin.queue import IngestQueue
+            from memoryplus.plugin.sanitize import Sanitizer
+            from memoryplus.worker.client import WorkerClient
+            s = self.settings
+            self.sanitizer = Sanitizer(s)
+            for problem in self.sanitizer.problems:
+                self._report(f"MemoryPlus: {problem}")
+            self.cache = SearchCache(s.search_cache_size, s.search_cache_ttl, s.search_cache_similarity,
+                                     enabled=s.search_cache)
+            self.client = WorkerClient(s, self.banks_dir(), host.credentials(self.window, s),
+                                       mode=s.engine_mode, app="PyGPT")
+            self.client.start()
+            self.queue = IngestQueue(self.user_dir() / "spool", s, self._ingest_batch)
+            self.queue.start()
+        except Exception as exc:  # never take PyGPT down with us
+            self._fail("cannot start", exc)
+
+    def _restore_or_mirror_settings(self) -> None:
+        """PyGPT drops a plugin's saved values when it starts without the plugin; we keep a
+        mirror in our data directory and restore from it when PyGPT has nothing saved."""
+        saved = {}
+        try:
+            saved = self.window.core.config.get("plugins", {}).get(self.id) or {}
+        except Exception:
+            pass
+        mirror = self.user_dir() / SETTINGS_FILE
+        if not saved and mirror.exists():
+            restored, problems = load_settings(self.user_dir())
+            for name, value in restored.model_dump().items():
+                if self.has_option(name):
+                    self.set_option_value(name, value)
+            try:
+                self.window.core.config.get("plugins", {})[self.id] = restored.model_dump()
+                self.window.core.config.save()
+            except Exception as exc:
+                log.warning("cannot save restored settings into PyGPT's config: %s", exc)
+        self._apply_settings()
+
+    def _apply_settings(self) -> None:
+        settings, problems = host.read_settings(self)
+        for p in problems:
+            self._report(f"MemoryPlus: {p}")
+        self.settings = settings
+        try:
+            save_settings(self.user_dir(), settings)
+        except OSError as exc:
+            log.warning("cannot mirror settings: %s", exc)
+
+    def on_settings_changed(self) -> None:
+        """A change takes effect without restarting PyGPT."""
+        if not self._started:
+            return
+        self._apply_settings()
+        s = self.settings
+        from memoryplus.plugin.sanitize import Sanitizer
+        self.sanitizer = Sanitizer(s)
+        for problem in self.sanitizer.problems:
+            self._report(f"MemoryPlus: {problem}")
+        self.cache.configure(s.search_cache_size, s.search_cache_ttl, s.search_cache_similarity,
+                             enabled=s.search_cache)
+        self.cache.clear()
+        self.queue.configure(s)
+        self.client.update_settings(s, host.credentials(self.window, s))
+
+    def shutdown(self, enabled: bool = True):  # PyGPT 2.9: on exit
+        self._stop()
+
+    def destroy(self):
+        self._stop()
+
+    def _stop(self) -> None:
+        try:
+            if self.queue is not None:
+                self.queue.stop(timeout=5.0)      # what is not stored stays spooled
+            if self.client is not None:
+                self.client.close(timeout=10.0)
+        except Exception as exc:
+            log.warning("MemoryPlus shutdown: %s", exc)
+        finally:
+            self._started = False
+
+    # ── events ─────────────────────────────────────────────────────────────────────────
+    def handle(self, event: Event, *args, **kwargs):
+        try:
+            self._handle(event)
+        except Exception as exc:   # degrade: no memories this turn, never a hung PyGPT
+            self._fail(f"while handling {getattr(event, 'name', '?')}", exc)
+
+    def _handle(self, event) -> None:
+        name, data = event.name, event.data
+        if name == Event.ENABLE and data.get("value") == self.id:
+            self._ensure_started()
+            return
+        if name == Event.DISABLE and data.get("value") == self.id:
+            self._stop()
+            return
+        if name == Event.PLUGIN_SETTINGS_CHANGED:
+            self.on_settings_changed()
+            return
+        if name == Event.MODELS_CHANGED:
+            for opt in ("insight_model", "graphiti_model"):
+                self.refresh_option(opt)
+            return
+        if name == Event.SYSTEM_PROMPT:
+            return  # fired ~10×/turn by token counting: nothing to do here, and nothing slow
+        if not self._started:
+            self._ensure_started()
+        if name == Event.INPUT_BEFORE:
+            self._on_input(data)
+        elif name == Event.CTX_BEFORE:
+            self._start_search(event.ctx)
+        elif name == Event.POST_PROMPT_END:
+            if not data.get("silent") and not data.get("preview"):
+                data["value"] = self._inject(event.ctx, data.get("value", ""))
+        elif name == Event.CTX_END and isinstance(event, Event) and event.ctx is not None:
+            self._on_turn_end(event.ctx)
+
+    # ── retrieval ──────────────────────────────────────────────────────────────────────
+    def _start_search(self, ctx) -> None:
+        s = self.settings
+        if not s.inject_context or ctx is None or self.client is None:
+            return
+        query = str(getattr(ctx, "input", "") or "").strip()
+        if not query:
+            return
+        bank = host.bank_for(ctx, s)
+        pending = PendingSearch(bank=bank, query=query, started=time.monotonic())
+        with self._lock:
+            self._searches[id(ctx)] = pending
+            if len(self._searches) > 32:   # turns that never reached POST_PROMPT_END
+                for key in list(self._searches)[:-32]:
+                    del self._searches[key]
+        cached = self.cache.get(bank, query) if self.cache else None
+        if cached is not None:
+            pending.results = cached
+            pending.done.set()
+            return
+        limit = max(s.context_limit, s.search_depth)
+        future = self.client.submit("search", {"bank": bank, "query": query, "limit": limit},
+                                    timeout=SEARCH_TIMEOUT_S)
+        future.add_done_callback(lambda f, p=pending: self._search_done(p, f))
+
+    def _search_done(self, pending: PendingSearch, future) -> None:
+        try:
+            raw = future.result()
+            pending.results = [SearchResult.model_validate(r) for r in raw or []]
+            if self.cache is not None:
+                self.cache.put(pending.bank, pending.query, pending.results)
+        except Exception as exc:
+            if "unknown bank" not in str(exc):  # a preset's first chat: nothing stored yet
+                self.last_error = f"search failed: {exc}"
+                self.counters["errors"] += 1
+            pending.results = []
+        finally:
+            pending.done.set()
+
+    def _inject(self, ctx, prompt: str) -> str:
+        # The bridge hands POST_PROMPT_END the very ctx object CTX_BEFORE had: that ties the
+        # search to its turn (the earlier plugin's results landed one turn late).
+        with self._lock:
+            pending = self._searches.pop(id(ctx), None) if ctx is not None else None
+        if pending is None or not self.settings.inject_context:
+            return prompt
+        on_gui = threading.current_thread() is threading.main_thread()
+        if not pending.done.wait(GUI_BUDGET_S if on_gui else INJECT_WAIT_S):
+            self.counters["late"] += 1        # the turn goes ahead without memories
+            return prompt
+        s = self.settings
+        block = build_block(pending.results or [], limit=s.context_limit, max_tokens=s.max_injected_tokens,
+                            prefer_over_vector_store=s.disable_default_vector_store)
+        if not block:
+            self.counters["empty"] += 1
+            return prompt
+        self.counters["injected"] += 1
+        return inject(prompt, block)
+
+    # ── ingestion ──────────────────────────────────────────────────────────────────────
+    @staticmethod
+    def is_real_turn(ctx) -> bool:
+        """Only what the user really said and got answered: not internal calls, agent
+        sub-calls, tool continuations, stopped or empty turns."""
+        for flag in ("internal", "sub_call", "stopped", "turn_continuation", "agent_call"):
+            if getattr(ctx, flag, False):
+                return False
+        return bool(str(getattr(ctx, "input", "") or "").strip()
+                    and str(getattr(ctx, "output", "") or "").strip())
+
+    def turn_from_ctx(self, ctx) -> Turn:
+        meta = getattr(ctx, "meta", None)
+        meta_id = getattr(meta, "id", None) or getattr(ctx, "meta_id", None) or "0"
+        ctx_id = getattr(ctx, "id", None) or f"obj{id(ctx)}"
+        stamp = getattr(ctx, "input_timestamp", None)
+        when = datetime.fromtimestamp(stamp, timezone.utc) if stamp else datetime.now(timezone.utc)
+        clean = self.sanitizer.clean if self.sanitizer else (lambda t: t)
+        return Turn(id=f"pygpt:{meta_id}:{ctx_id}", user=clean(str(ctx.input or "")),
+                    assistant=clean(str(ctx.output or "")), time=when)
+
+    def _on_turn_end(self, ctx) -> None:
+        if self.queue is None or not self.is_real_turn(ctx):
+            return
+        bank = host.bank_for(ctx, self.settings)
+        turn = self.turn_from_ctx(ctx)
+        key = f"{bank}\x00{turn.id}\x00{hash((turn.user, turn.assistant))}"
+        if key in self._seen_turns:      # the same turn dispatched twice
+            return
+        self._seen_turns.add(key)
+        self._last_turn[bank] = turn
+        if self.settings.auto_ingest:
+            self.queue.put(bank, turn)
+
+    def _ingest_batch(self, bank: str, turns: list[Turn]):
+        """The queue's sink: runs on the queue's thread, never the GUI thread."""
+        from memoryplus.plugin.queue import IngestError
+        from memoryplus.worker.client import RequestTimeout, WorkerError, WorkerUnavailable
+        from memoryplus.worker.records import IngestReport
+        self._check_llm_budget()
+        try:
+            raw = self.client.call("ingest", {"bank": bank, "turns": [t.model_dump(mode="json") for t in turns]},
+                                   timeout=max(60.0, self.settings.runner_timeout_s * len(turns)))
+        except WorkerError as exc:
+            retryable = exc.type not in ("BankNameError", "ValidationError", "EngineError")
+            raise IngestError(str(exc), retryable=retryable) from None
+        except (RequestTimeout, WorkerUnavailable) as exc:
+            raise IngestError(str(exc), retryable=True) from None
+        report = IngestReport.model_validate(raw)
+        if self.cache is not None:
+            self.cache.invalidate(bank)
+        if report.llm_calls:
+            self._llm_calls.append((time.monotonic(), report.llm_calls))
+        return report
+
+    def _check_llm_budget(self) -> None:
+        limit = self.settings.max_llm_calls_per_hour
+        if not limit or self.queue is None:
+            return
+        now = time.monotonic()
+        self._llm_calls = [(t, n) for t, n in self._llm_calls if now - t < 3600]
+        if sum(n for _, n in self._llm_calls) >= limit:
+            wait = 3600 - (now - self._llm_calls[0][0])
+            self.queue.pause(f"LLM call limit ({limit}/hour) reached; storing resumes in {int(wait // 60) + 1} min")
+            threading.Timer(wait, self.queue.resume).start()
+            from memoryplus.plugin.queue import IngestError
+            raise IngestError("LLM call limit reached", retryable=True, retry_after=wait)
+
+    # ── chat commands ──────────────────────────────────────────────────────────────────
+    def current_bank(self) -> str:
+        preset = ""
+        try:
+            preset = self.window.core.config.get("preset") or ""
+        except Exception:
+            pass
+
+        class _Meta:  # the shape bank_for() reads
+            pass
+        meta = _Meta()
+        meta.preset = preset
+        ctx = _Meta()
+        ctx.meta = meta
+        return host.bank_for(ctx, self.settings)
+
+    def _on_input(self, data: dict) -> None:
+        if not self.settings.manual_flagging:
+            return
+        cmd = chat_commands.parse(str(data.get("value", "") or ""))
+        if cmd is None:
+            return
+        data["stop"] = True     # the command is ours: nothing goes to the model
+        data["silent"] = True
+        self.counters["commands"] += 1
+        bank = self.current_bank()
+        if cmd.name == "invalid":
+            self._tell(cmd.error)
+        elif cmd.name == "remember":
+            self._remember(bank, cmd.text)
+        elif cmd.name == "forget":
+            self._forget(bank, cmd.text)
+        elif cmd.name in ("confirm", "cancel"):
+            self._confirm_forget(bank, cmd)
+
+    def _remember(self, bank: str, text: str) -> None:
+        if text:
+            fut = self.client.submit("remember", {"bank": bank, "text": text}, timeout=COMMAND_TIMEOUT_S)
+            fut.add_done_callback(lambda f: self._after(f, f"Remembered: {text}", bank))
+            return
+        turn = self._last_turn.get(bank)
+        if turn is None:
+            self._tell("Nothing to remember yet: /remember_this needs a text or a previous turn.")
+            return
+        explicit = turn.model_copy(update={"explicit": True})
+        self.queue.put(bank, explicit)
+        self._tell(f"Remembered the previous turn: {turn.user[:120]}")
+
+    def _forget(self, bank: str, text: str) -> None:
+        if not text:
+            turn = self._last_turn.get(bank)
+            if turn is None:
+                self._tell("Nothing to forget: there is no previous turn in this conversation.")
+                return
+            where = self.queue.remove(bank, turn.id)
+            if where is True or where == "removed":
+                self._tell(f"Forgotten before it was stored: {turn.user[:120]}")
+                return
+            # stored, or being stored: forget it by its id once the queue is done with it
+            threading.Thread(target=self._forget_stored_turn, args=(bank, turn), daemon=True).start()
+            return
+        def search_then_offer():
+            # Turns still queued are stored first, so that they can be offered too.
+            self.queue.flush(timeout=COMMAND_TIMEOUT_S)
+            fut = self.client.submit("forget", {"bank": bank, "text": text, "confirm": False},
+                                     timeout=COMMAND_TIMEOUT_S)
+            fut.add_done_callback(lambda f: self._offer(bank, text, f))
+        threading.Thread(target=search_then_offer, daemon=True, name="memoryplus-forget").start()
+
+    def _forget_stored_turn(self, bank: str, turn: Turn) -> None:
+        from memoryplus.worker.banks import episode_uuid, slug
+        try:
+            self.queue.flush(timeout=COMMAND_TIMEOUT_S)
+            result = self.client.call("forget", {"bank": bank, "ids": [episode_uuid(slug(bank), turn.id)]},
+                                      timeout=COMMAND_TIMEOUT_S)
+            self.cache.invalidate(bank)
+            gone = result.get("episodes_removed", 0) if isinstance(result, dict) else 0
+            self._tell(f"Forgot the last turn: {turn.user[:120]}" if gone else "That turn was not stored.")
+        except Exception as exc:
+            self._tell(f"Could not forget the last turn: {exc}")
+
+    def _offer(self, bank: str, text: str, future) -> None:
+        try:
+            report = future.result()
+        except Exception as exc:
+            self._tell(f"Could not search memories to forget: {exc}")
+            return
+        matches = [SearchResult.model_validate(m) for m in report.get("matches", [])]
+        if not matches:
+            self._forget_offer = None
+            self._tell(f"Nothing matches “{text}” strongly; nothing was forgotten.")
+            return
+        self._forget_offer = (bank, matches)
+        lines = [f"{i}. {m.text[:160]}" for i, m in enumerate(matches, 1)]
+        self._tell("These memories match:\n" + "\n".join(lines) +
+                   "\n\nType /forget_that yes to forget them all, /forget_that 1 3 to forget only "
+                   "some, /forget_that keep 2 to keep some, or /forget_that no.")
+
+    def _confirm_forget(self, bank: str, cmd) -> None:
+        offer, self._forget_offer = self._forget_offer, None
+        if cmd.name == "cancel" or offer is None or offer[0] != bank:
+            self._tell("Nothing forgotten." if cmd.name == "cancel" else
+                       "Nothing to confirm: use /forget_that TEXT first.")
+            return
+        _, matches = offer
+        chosen = [m for i, m in enumerate(matches, 1)
+                  if (not cmd.only or i in cmd.only) and i not in cmd.keep]
+        if not chosen:
+            self._tell("Nothing forgotten.")
+            return
+        fut = self.client.submit("forget", {"bank": bank, "ids": [m.id for m in chosen]}, timeout=COMMAND_TIMEOUT_S)
+        what = "; ".join(m.text[:80] for m in chosen)
+        fut.add_done_callback(lambda f: self._after(f, f"Forgot {len(chosen)} memories: {what}", bank))
+
+    def _after(self, future, message: str, bank: str) -> None:
+        try:
+            future.result()
+            if self.cache is not None:
+                self.cache.invalidate(bank)
+            self._tell(message)
+        except Exception as exc:
+            self._tell(f"MemoryPlus could not do that: {exc}")
+
+    # ── talking to the user (GUI thread only) ──────────────────────────────────────────
+    def _tell(self, text: str) -> None:
+        self.notify.emit(text)          # queued to the GUI thread from anywhere
+
+    def _report(self, text: str) -> None:
+        self.last_error = text
+        self.notify.emit(text)
+
+    @Slot(str)
+    def _show_message(self, text: str) -> None:
+        try:
+            self.window.update_status(text.splitlines()[0][:200])
+            if "\n" in text or text.startswith(("Remembered", "Forgot", "These memories", "Nothing")):
+                self.window.ui.dialogs.alert(text)
+        except Exception as exc:
+            log.warning("cannot show a message: %s", exc)
+
+    def _fail(self, what: str, exc: Exception) -> None:
+        from memoryplus.worker.redact import redact
+        self.counters["errors"] += 1
+        self.last_error = redact(f"MemoryPlus {what}: {type(exc).__name__}: {exc}")[:300]
+        log.warning("%s", self.last_error)
+
+    def on_post_update(self):
+        """Every second on the GUI thread: the status line and the daily expiry check."""
+        try:
+            if not self._started or self.client is None:
+                return
+            self._maybe_expire()
+            text = self.status_text()
+            if text != self._status:
+                self._status = text
+                self.window.update_status(text)
+        except Exception as exc:
+            self._fail("status update", exc)
+
+    def status_text(self) -> str:
+        st = self.client.status() if self.client else {}
+        counts = self.queue.counts() if self.queue else {}
+        parts = [f"{counts.get('pending', 0)} pending"]
+        if counts.get("failed"):
+            parts.append(f"{counts['failed']} failed")
+        if counts.get("paused_reason"):
+            parts.append(str(counts["paused_reason"]))
+        parts.append(f"worker {st.get('state', 'starting')}")
+        if st.get("extraction"):
+            parts.append(f"{st['extraction']} extraction")
+        return "MemoryPlus: " + " · ".join(parts)
+
+    def _maybe_expire(self) -> None:
+        days = self.settings.memory_expiry_days
+        now = time.monotonic()
+        if days <= 0 or now - self._last_expiry < EXPIRY_EVERY_S:
+            return
+        self._last_expiry = now
+
+        def run():
+            try:
+                for bank in self.client.call("banks", {}, timeout=COMMAND_TIMEOUT_S):
+                    self.client.call("expire", {"bank": bank["name"], "days": days}, timeout=COMMAND_TIMEOUT_S)
+            except Exception as exc:
+                self._fail("expiry check", exc)
+        threading.Thread(target=run, daemon=True, name="memoryplus-expiry").start()

@@ -1,0 +1,232 @@
+"""The PyGPT plugin against real pygpt-net parts: its plugin registry (options, saved values),
+its dispatcher, Event, CtxItem and CtxMeta; a real worker process, real Kuzu."""
+from __future__ import annotations
+
+import json
+import re
+import time
+
+import pytest
+
+from memoryplus.config.schema import options
+from memoryplus.plugin.memory_block import TAG
+from memoryplus.plugin.plugin import Plugin
+from memoryplus.testing.pygpt_host import HostWindow, chat_turn
+
+LOCAL = {"extraction_engine": "local", "embedding_provider": "local", "engine_mode": "persistent"}
+
+
+def block_of(prompt: str) -> str:
+    m = re.search(rf"<{TAG}>(.*?)</{TAG}>", prompt or "", re.S)
+    return m.group(1) if m else ""
+
+
+def settle(window: HostWindow, plugin: Plugin, timeout: float = 60.0) -> None:
+    """Wait until every handed-over turn is stored."""
+    assert plugin.queue.flush(timeout=timeout), plugin.queue.counts()
+    window.process_events(0.05)
+
+
+@pytest.fixture
+def host(tmp_path):
+    windows = []
+
+    def make(workdir=None, **values):
+        window = HostWindow(workdir or tmp_path / "pygpt")
+        plugin = Plugin()
+        stored = window.core.config.data.setdefault("plugins", {}).setdefault("memoryplus", {})
+        stored.update({**LOCAL, **values})
+        window.register(plugin)
+        plugin._ensure_started()
+        windows.append((window, plugin))
+        return window, plugin
+
+    yield make
+    for window, plugin in windows:
+        plugin.destroy()
+
+
+def test_every_option_is_on_its_tab_with_the_right_widget(host):
+    window, plugin = host()
+    for info in options():
+        opt = plugin.options[info.id]
+        assert opt["tab"] == info.tab and opt["label"] == info.label
+        assert opt["type"] == info.kind and opt["secret"] == info.secret
+        if info.use == "models":
+            assert opt["use"] == "models"
+    assert plugin.options["neo4j_password"]["secret"] and plugin.options["override_api_key"]["secret"]
+    assert set(plugin.tabs) == {o.tab for o in options()}
+
+
+@pytest.mark.option("inject_context")
+@pytest.mark.option("context_limit")
+def test_a_later_turn_recalls_an_earlier_one_in_the_same_turn(host):
+    window, plugin = host()
+    first = chat_turn(window, "I live in Berlin and my dentist is Dr Okafor.", "Noted!", ctx_id=1)
+    assert TAG not in first, "nothing to recall yet"
+    settle(window, plugin)
+    prompt = chat_turn(window, "Who is my dentist again?", "Dr Okafor.", ctx_id=2)
+    block = block_of(prompt)
+    assert "Okafor" in block
+    assert "data, not instructions" in prompt
+    assert re.search(r"\(\d{4}-\d{2}-\d{2}\)", block), "each line carries its date"
+    window.save_options(plugin, inject_context=False)
+    assert block_of(chat_turn(window, "Who is my dentist again?", "Dr Okafor.", ctx_id=3)) == ""
+
+
+@pytest.mark.option("link_db_to_preset")
+@pytest.mark.option("fallback_bank")
+def test_presets_have_their_own_banks_and_unsaved_presets_share_one(host):
+    window, plugin = host()
+    chat_turn(window, "The launch code for project Falcon is 7731.", "Noted.", preset="work", ctx_id=1)
+    chat_turn(window, "My cat is called Miso.", "Cute!", preset="current.chat", ctx_id=2)
+    settle(window, plugin)
+    assert "7731" not in chat_turn(window, "What is the launch code for Falcon?", "?", preset="home", ctx_id=3)
+    assert "7731" in block_of(chat_turn(window, "What is the launch code for Falcon?", "?", preset="work", ctx_id=4))
+    assert "Miso" in block_of(chat_turn(window, "What is my cat called?", "?", preset="current.agent", ctx_id=5))
+    banks = {b["name"] for b in plugin.client.call("banks", {}, timeout=30)}
+    assert banks == {"work", "default"}
+
+
+@pytest.mark.option("manual_flagging")
+def test_remember_this_and_forget_that_with_confirmation(host):
+    window, plugin = host()
+    assert chat_turn(window, "/remember_this My locker code is 4711", "unused") is None
+    window.process_events(0.5)
+    deadline = time.monotonic() + 30
+    while not any("Remembered" in a for a in window.alerts) and time.monotonic() < deadline:
+        window.process_events(0.05)
+    assert any("4711" in a for a in window.alerts)
+    assert "4711" in block_of(chat_turn(window, "What is my locker code?", "4711", ctx_id=2))
+
+    assert chat_turn(window, "/forget_that locker code", "unused") is None
+    deadline = time.monotonic() + 30
+    while not any("These memories match" in a for a in window.alerts) and time.monotonic() < deadline:
+        window.process_events(0.05)
+    offer = next(a for a in window.alerts if "These memories match" in a)
+    assert "1. " in offer and "4711" in offer
+    assert "4711" in block_of(chat_turn(window, "What is my locker code?", "?", ctx_id=3)), \
+        "nothing is forgotten before the user confirms"
+    assert chat_turn(window, "/forget_that yes", "unused") is None
+    deadline = time.monotonic() + 30
+    while not any(a.startswith("Forgot") for a in window.alerts) and time.monotonic() < deadline:
+        window.process_events(0.05)
+    settle(window, plugin)
+    assert "4711" not in chat_turn(window, "What is my locker code?", "?", ctx_id=4)
+    export = plugin.client.call("export", {"bank": "default"}, timeout=30)
+    assert "4711" not in json.dumps(export)
+
+
+def test_forget_that_alone_forgets_the_last_turn(host):
+    window, plugin = host()
+    chat_turn(window, "My favourite colour is teal.", "Nice.", ctx_id=1)
+    settle(window, plugin)
+    chat_turn(window, "I secretly collect stamps from Peru.", "Fun!", ctx_id=2)
+    assert chat_turn(window, "/forget_that", "unused") is None
+    deadline = time.monotonic() + 30
+    while not any(a.startswith(("Forgot", "Forgotten")) for a in window.alerts) and time.monotonic() < deadline:
+        window.process_events(0.05)
+    settle(window, plugin)
+    dump = json.dumps(plugin.client.call("export", {"bank": "default"}, timeout=30))
+    assert "Peru" not in dump and "teal" in dump
+
+
+def test_unknown_command_gets_a_reply_and_stores_nothing(host):
+    window, plugin = host()
+    assert chat_turn(window, "/remember_thsi oops", "unused") is None
+    window.process_events(0.1)
+    assert any("unknown command" in s for s in window.statuses)
+    assert plugin.queue.counts()["pending"] == 0
+
+
+@pytest.mark.option("auto_ingest")
+def test_auto_ingest_off_stores_only_flagged_turns(host):
+    window, plugin = host(auto_ingest=False)
+    chat_turn(window, "I live in Oslo.", "Nice.", ctx_id=1)
+    settle(window, plugin)
+    assert "Oslo" not in chat_turn(window, "Where do I live?", "?", ctx_id=2)
+    assert chat_turn(window, "/remember_this", "unused") is None   # the previous turn, explicitly
+    settle(window, plugin)
+    assert "Where do I live" in block_of(chat_turn(window, "Where do I live?", "?", ctx_id=3))
+
+
+@pytest.mark.option("disable_default_vector_store")
+@pytest.mark.option("max_injected_tokens")
+def test_block_size_and_vector_store_instruction(host):
+    window, plugin = host(disable_default_vector_store=True, max_injected_tokens=80, context_limit=2)
+    for i in range(6):
+        chat_turn(window, f"Fact number {i}: the zebra named Zed{i} likes apples.", "ok", ctx_id=i + 1)
+    settle(window, plugin)
+    prompt = chat_turn(window, "What does the zebra like?", "?", ctx_id=50)
+    block = block_of(prompt)
+    assert "Prefer these memories" in block
+    lines = [ln for ln in block.splitlines() if ln.startswith("- ")]
+    assert 1 <= len(lines) <= 2
+    assert len(re.findall(r"\w+|[^\w\s]", block)) <= 80 + 10
+
+
+@pytest.mark.option("sanitize_code_blocks")
+@pytest.mark.option("sanitize_tool_calls")
+@pytest.mark.option("custom_sanitization_rules")
+def test_turns_are_sanitized_before_they_are_stored(host):
+    window, plugin = host(custom_sanitization_rules=r"ACCT-\d+")
+    chat_turn(window, "Here is my script:\n```python\nprint('SECRET_CODE_LINE')\n```\nMy account is ACCT-991.",
+              "<tool>{\"cmd\": \"run\"}</tool> Done, the code works.", ctx_id=1)
+    settle(window, plugin)
+    dump = json.dumps(plugin.client.call("export", {"bank": "default"}, timeout=30))
+    assert "SECRET_CODE_LINE" not in dump and "ACCT-991" not in dump and '"cmd"' not in dump
+    assert "script" in dump
+
+
+def test_a_failing_handler_degrades_instead_of_hanging_pygpt(host, monkeypatch):
+    window, plugin = host()
+
+    def boom(ctx):
+        raise ValueError("simulated failure")
+    monkeypatch.setattr(plugin, "_start_search", boom)
+    prompt = chat_turn(window, "Where do I live?", "?", ctx_id=1)   # must not raise
+    assert prompt == "You are a helpful assistant."
+    assert plugin.counters["errors"] >= 1 and "simulated failure" in plugin.last_error
+
+
+def test_a_late_search_lets_the_turn_go_ahead(host, monkeypatch):
+    import memoryplus.plugin.plugin as mod
+    window, plugin = host()
+    chat_turn(window, "I live in Berlin.", "ok", ctx_id=1)
+    settle(window, plugin)
+    monkeypatch.setattr(mod, "INJECT_WAIT_S", 0.0)
+    monkeypatch.setattr(plugin.cache, "get", lambda bank, q: None)
+    start = time.monotonic()
+    prompt = chat_turn(window, "Where do I live, really?", "?", ctx_id=2)
+    assert time.monotonic() - start < 2.0
+    assert plugin.counters["late"] >= 1 and TAG not in prompt
+
+
+@pytest.mark.option("engine_mode")
+def test_settings_survive_pygpt_dropping_them(host, tmp_path):
+    window, plugin = host()
+    window.save_options(plugin, context_limit=3, memory_mode="Research")
+    mirror = json.loads((tmp_path / "pygpt" / "memoryplus" / "settings.json").read_text())
+    assert mirror["context_limit"] == 3 and mirror["memory_mode"] == "Research"
+    plugin.destroy()
+    # PyGPT started once without MemoryPlus: its saved values are gone from config.json.
+    cfg_path = tmp_path / "pygpt" / "config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg.get("plugins", {}).pop("memoryplus", None)
+    cfg_path.write_text(json.dumps(cfg))
+    again = HostWindow(tmp_path / "pygpt")
+    plugin2 = again.register(Plugin())
+    plugin2._ensure_started()
+    try:
+        assert plugin2.get_option_value("context_limit") == 3
+        assert plugin2.settings.memory_mode == "Research"
+        assert again.core.config.get("plugins")["memoryplus"]["context_limit"] == 3
+    finally:
+        plugin2.destroy()
+
+
+def test_invalid_saved_values_keep_defaults_and_are_reported(host):
+    window, plugin = host(context_limit=999, overflow_policy="explode")
+    assert plugin.settings.context_limit == 10 and plugin.settings.overflow_policy == "drop_new"
+    window.process_events(0.1)
+    assert any("context_limit" in s for s in window.statuses)
