@@ -54,7 +54,7 @@ from memoryplus.worker.records import (
     BankInfo, BankStats, Credentials, ForgetReport, IngestReport, SearchResult, Turn, as_utc, utc_now,
 )
 from memoryplus.worker.store import (
-    StoreError, close_kuzu, ensure_fulltext_indexes, open_kuzu, open_neo4j,
+    StoreError, checkpoint, close_kuzu, ensure_fulltext_indexes, open_kuzu, open_neo4j,
 )
 
 os.environ.setdefault("GRAPHITI_TELEMETRY_ENABLED", "false")
@@ -462,6 +462,8 @@ class MemoryEngine:
                 await self._store(bank, ep_uuid, body, turn.time, meta)
                 report.stored.append(turn.id)
             report.llm_calls = self._settle_usage(bank, pruned=pruned, skipped_by_gate=gated)
+            if report.stored or report.replaced:
+                await checkpoint(bank.driver)
         return report
 
     def _insights(self, body: str) -> insight_rules.Insights:
@@ -796,6 +798,7 @@ class MemoryEngine:
                 rows = await self._episodes(bank, episodes)
                 report.sources = [EpisodeMeta.parse(r["name"], u).id for u, r in rows.items()]
                 report.episodes_removed = await self._remove_episodes(bank, list(rows))
+                await checkpoint(bank.driver)
         return report
 
     async def _episodes_behind(self, bank: Bank, ids: list[str]) -> tuple[list[str], set[str]]:
@@ -1122,6 +1125,7 @@ class MemoryEngine:
                 problems.append(f"line {i}: {type(exc).__name__}: {exc}"[:300])
         async with bank.write_lock:
             await add_nodes_and_edges_bulk(bank.driver, eps, mentions, ents, facts, bank.embedder)
+            await checkpoint(bank.driver)
             bank.entities = None
         return {"episodes": len(eps), "entities": len(ents), "facts": len(facts),
                 "mentions": len(mentions), "problems": problems}

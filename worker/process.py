@@ -229,10 +229,6 @@ class WorkerServer:
             self.stdio.send(P.encode(P.Event(event="fatal", data={
                 "type": type(exc).__name__, "message": redact.redact(str(exc))})))
             return EXIT_BAD_CONFIG
-        try:
-            await asyncio.to_thread(repair_unclean_kuzu_banks, self.engine)
-        except Exception:
-            log.exception("checking banks after an unclean exit failed")
         if self.cfg.role == "persistent":
             await self._start_socket()
         else:
@@ -615,71 +611,6 @@ class WorkerServer:
             reason = self._recycle_reason()
             if reason:
                 self.begin_stop(reason, recycle=True)
-
-
-def repair_unclean_kuzu_banks(engine) -> list[str]:
-    """Rebuild the full-text indexes of Kuzu banks left by a process that died with writes
-    not yet checkpointed (kill -9, out of memory, power loss).
-
-    Kuzu 0.11.3 replays the write-ahead log on the next open but leaves the FTS indexes
-    inconsistent: episode keyword search misses, and deleting an Episodic node (forget,
-    recovery of a pending episode) crashes the process with a segmentation fault. Dropping
-    and recreating the indexes after the replay fixes both. Marker: a non-empty
-    `graph.kuzu.wal` while the owner recorded in `owner.json` is dead (a clean close
-    checkpoints and removes the log).
-
-    This belongs in `store.open_kuzu` (so that the CLI's in-process engine gets it too); it
-    runs here, before the engine opens any bank, until it moves there.
-    """
-    if engine.settings.backend != "kuzu":
-        return []
-    import json
-    import re
-
-    import kuzu
-    from graphiti_core.driver.driver import GraphProvider
-    from graphiti_core.graph_queries import get_fulltext_indices
-
-    repaired = []
-    for manifest in engine.dir.all():
-        bank_dir = engine.dir.path(manifest.name)
-        wal = bank_dir / "graph.kuzu.wal"
-        try:
-            if not wal.exists() or wal.stat().st_size == 0:
-                continue
-            owner = json.loads((bank_dir / "owner.json").read_text()).get("pid")
-        except (OSError, ValueError):
-            owner = None
-        if owner and owner != os.getpid() and P.pid_alive(int(owner)):
-            continue  # a live process holds it (its log is not ours to judge)
-        t0 = time.monotonic()
-        try:
-            db = kuzu.Database(str(bank_dir / "graph.kuzu"),
-                               buffer_pool_size=engine.settings.kuzu_buffer_pool_mb * 1024 * 1024)
-            conn = kuzu.Connection(db)
-            try:
-                for create in get_fulltext_indices(GraphProvider.KUZU):
-                    m = re.search(r"CREATE_FTS_INDEX\(\s*'(\w+)'\s*,\s*'(\w+)'", create)
-                    if m is None:
-                        continue
-                    try:
-                        conn.execute(f"CALL DROP_FTS_INDEX('{m.group(1)}', '{m.group(2)}')")
-                    except RuntimeError:
-                        pass  # absent (a bank that never got its indexes)
-                    try:
-                        conn.execute(create)
-                    except RuntimeError as exc:
-                        log.warning("bank %r: recreating %s failed: %s", manifest.name, m.group(2), exc)
-            finally:
-                conn.close()
-                db.close()
-        except RuntimeError as exc:
-            log.warning("bank %r: cannot repair after an unclean exit: %s", manifest.name, exc)
-            continue
-        repaired.append(manifest.name)
-        log.warning("bank %r: rebuilt its full-text indexes after an unclean exit (%.2f s)",
-                    manifest.name, time.monotonic() - t0)
-    return repaired
 
 
 def _rss_mb() -> float:

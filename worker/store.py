@@ -8,7 +8,9 @@ Neo4j: one driver for every bank; banks are group_id partitions.
 from __future__ import annotations
 
 import json
+import logging
 import os
+import re
 import threading
 import time
 from pathlib import Path
@@ -17,6 +19,7 @@ import kuzu
 from graphiti_core.driver.driver import GraphDriver, GraphProvider
 from graphiti_core.graph_queries import get_fulltext_indices
 
+log = logging.getLogger("memoryplus.store")
 _PATCH_LOCK = threading.Lock()
 OWNER_FILE = "owner.json"
 
@@ -73,6 +76,7 @@ def open_kuzu(bank_dir: Path, bank_name: str, *, buffer_pool_mb: int, app: str) 
 
     bank_dir.mkdir(parents=True, exist_ok=True)
     db_path = str(bank_dir / "graph.kuzu")
+    _repair_after_unclean_exit(bank_dir, bank_name, buffer_pool_mb)
     original = kuzu.Database
 
     def bounded(path, *a, **kw):
@@ -104,6 +108,57 @@ def open_kuzu(bank_dir: Path, bank_name: str, *, buffer_pool_mb: int, app: str) 
     driver._database = ""  # type: ignore[attr-defined]
     _write_owner(bank_dir, app)
     return driver
+
+
+def _repair_after_unclean_exit(bank_dir: Path, bank_name: str, buffer_pool_mb: int) -> None:
+    """Rebuild the full-text indexes of a bank whose last owner died with writes not yet
+    checkpointed (kill -9, out of memory, power loss).
+
+    Kuzu 0.11.3 replays the write-ahead log on the next open but leaves its FTS indexes
+    inconsistent: keyword search misses episodes, and deleting an Episodic node (forget, the
+    recovery of a pending episode) crashes the process with a segmentation fault. Dropping and
+    recreating the indexes after the replay fixes both. The marker: a non-empty WAL while the
+    owner recorded in owner.json is gone (a clean close checkpoints and empties the log).
+    """
+    wal = bank_dir / "graph.kuzu.wal"
+    try:
+        if not wal.exists() or wal.stat().st_size == 0:
+            return
+    except OSError:
+        return
+    if _owner_of(bank_dir)[0] not in (None, os.getpid()):
+        return  # a live process holds it: its log is not ours to judge
+    t0 = time.monotonic()
+    try:
+        db = kuzu.Database(str(bank_dir / "graph.kuzu"), buffer_pool_size=buffer_pool_mb * 1024 * 1024)
+    except RuntimeError:
+        return  # locked or damaged: open_kuzu reports it properly
+    conn = kuzu.Connection(db)
+    try:
+        for create in get_fulltext_indices(GraphProvider.KUZU):
+            m = re.search(r"CREATE_FTS_INDEX\(\s*'(\w+)'\s*,\s*'(\w+)'", create)
+            if m is None:
+                continue
+            try:  # names come from graphiti's constant list, never from user input
+                conn.execute(f"CALL DROP_FTS_INDEX('{m.group(1)}', '{m.group(2)}')")
+            except RuntimeError:
+                pass  # absent: a bank that never got its indexes
+            try:
+                conn.execute(create)
+            except RuntimeError as exc:
+                log.warning("bank %r: recreating %s failed: %s", bank_name, m.group(2), exc)
+        conn.execute("CHECKPOINT")
+    finally:
+        conn.close()
+        db.close()
+    log.warning("bank %r: rebuilt its full-text indexes after an unclean exit (%.2f s)",
+                bank_name, time.monotonic() - t0)
+
+
+async def checkpoint(driver: GraphDriver) -> None:
+    """Flush Kuzu's write-ahead log, so that a crash after a finished write needs no replay."""
+    if driver.provider == GraphProvider.KUZU:
+        await driver.execute_query("CHECKPOINT")
 
 
 async def ensure_fulltext_indexes(driver: GraphDriver) -> None:
