@@ -39,6 +39,7 @@ INJECT_WAIT_S = 4.0        # off the GUI thread: how long a turn waits for its m
 SEARCH_TIMEOUT_S = 15.0
 COMMAND_TIMEOUT_S = 60.0
 EXPIRY_EVERY_S = 24 * 3600
+TURN_EVENTS = frozenset({Event.INPUT_BEFORE, Event.CTX_BEFORE, Event.POST_PROMPT_END, Event.CTX_END})
 
 
 @dataclass
@@ -48,6 +49,7 @@ class PendingSearch:
     started: float
     done: threading.Event = field(default_factory=threading.Event)
     results: list[SearchResult] | None = None
+    generation: object = None
 
 
 class Plugin(BasePlugin):
@@ -77,6 +79,7 @@ class Plugin(BasePlugin):
         self._seen_turns: set[str] = set()
         self._forget_offer: tuple[str, list[SearchResult]] | None = None
         self._started = False
+        self._closed = False
         self._status = ""
         self._last_expiry = 0.0
         self._llm_calls: list[tuple[float, int]] = []
@@ -190,6 +193,7 @@ class Plugin(BasePlugin):
         self._stop()
 
     def _stop(self) -> None:
+        self._closed = True
         try:
             if self.queue is not None:
                 self.queue.stop(timeout=5.0)      # what is not stored stays spooled
@@ -210,6 +214,7 @@ class Plugin(BasePlugin):
     def _handle(self, event) -> None:
         name, data = event.name, event.data
         if name == Event.ENABLE and data.get("value") == self.id:
+            self._closed = False
             self._ensure_started()
             return
         if name == Event.DISABLE and data.get("value") == self.id:
@@ -222,17 +227,18 @@ class Plugin(BasePlugin):
             for opt in ("insight_model", "graphiti_model"):
                 self.refresh_option(opt)
             return
-        if name == Event.SYSTEM_PROMPT:
-            return  # fired ~10×/turn by token counting: nothing to do here, and nothing slow
+        if name not in TURN_EVENTS or data.get("silent") or data.get("preview"):
+            return  # e.g. SYSTEM_PROMPT, fired ~10×/turn by token counting: nothing slow here
         if not self._started:
+            if self._closed:   # PyGPT is exiting: events after shutdown() start nothing
+                return
             self._ensure_started()
         if name == Event.INPUT_BEFORE:
             self._on_input(data)
         elif name == Event.CTX_BEFORE:
             self._start_search(event.ctx)
         elif name == Event.POST_PROMPT_END:
-            if not data.get("silent") and not data.get("preview"):
-                data["value"] = self._inject(event.ctx, data.get("value", ""))
+            data["value"] = self._inject(event.ctx, data.get("value", ""))
         elif name == Event.CTX_END and isinstance(event, Event) and event.ctx is not None:
             self._on_turn_end(event.ctx)
 
@@ -256,6 +262,8 @@ class Plugin(BasePlugin):
             pending.results = cached
             pending.done.set()
             return
+        # A search racing a write to its bank must not be cached as if it were fresh.
+        pending.generation = self.cache.generation(bank) if self.cache else None
         limit = max(s.context_limit, s.search_depth)
         future = self.client.submit("search", {"bank": bank, "query": query, "limit": limit},
                                     timeout=SEARCH_TIMEOUT_S)
@@ -266,7 +274,7 @@ class Plugin(BasePlugin):
             raw = future.result()
             pending.results = [SearchResult.model_validate(r) for r in raw or []]
             if self.cache is not None:
-                self.cache.put(pending.bank, pending.query, pending.results)
+                self.cache.put(pending.bank, pending.query, pending.results, generation=pending.generation)
         except Exception as exc:
             if "unknown bank" not in str(exc):  # a preset's first chat: nothing stored yet
                 self.last_error = f"search failed: {exc}"
@@ -312,9 +320,8 @@ class Plugin(BasePlugin):
         ctx_id = getattr(ctx, "id", None) or f"obj{id(ctx)}"
         stamp = getattr(ctx, "input_timestamp", None)
         when = datetime.fromtimestamp(stamp, timezone.utc) if stamp else datetime.now(timezone.utc)
-        clean = self.sanitizer.clean if self.sanitizer else (lambda t: t)
-        return Turn(id=f"pygpt:{meta_id}:{ctx_id}", user=clean(str(ctx.input or "")),
-                    assistant=clean(str(ctx.output or "")), time=when)
+        return Turn(id=f"pygpt:{meta_id}:{ctx_id}", user=str(ctx.input or ""),
+                    assistant=str(ctx.output or ""), time=when)
 
     def _on_turn_end(self, ctx) -> None:
         if self.queue is None or not self.is_real_turn(ctx):
@@ -335,6 +342,9 @@ class Plugin(BasePlugin):
         from memoryplus.worker.client import RequestTimeout, WorkerError, WorkerUnavailable
         from memoryplus.worker.records import IngestReport
         self._check_llm_budget()
+        # Sanitized here, on the queue's thread: custom rules may take a while on long turns.
+        clean = self.sanitizer.clean if self.sanitizer else (lambda t: t)
+        turns = [t.model_copy(update={"user": clean(t.user), "assistant": clean(t.assistant)}) for t in turns]
         try:
             raw = self.client.call("ingest", {"bank": bank, "turns": [t.model_dump(mode="json") for t in turns]},
                                    timeout=max(60.0, self.settings.runner_timeout_s * len(turns)))

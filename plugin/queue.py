@@ -302,6 +302,7 @@ class IngestQueue:
         self._dropped_n = 0
         self._dropped: deque[DroppedTurn] = deque(maxlen=DROPPED_KEPT)
         self._block_timeouts = 0
+        self._drops_unlogged = 0
         self._replayed = 0
         self._corrupt = 0
         self._paused: str | None = None
@@ -323,6 +324,7 @@ class IngestQueue:
         self._file_live: set[str] = set()
         self._file_lines = 0
         self._compact_wanted = False
+        self._write_retry_at = 0.0
 
         self.configure(settings)
 
@@ -605,7 +607,8 @@ class IngestQueue:
     def _record_drop(self, bank: str, turn_id: str, reason: str) -> None:
         self._dropped_n += 1
         self._dropped.append(DroppedTurn(bank, turn_id, reason))
-        log.warning("ingestion queue dropped a turn of bank %r: %s", bank, reason)
+        self._drops_unlogged += 1       # logged by the writer thread: a log handler may do I/O
+        self._wcv.notify_all()
 
     def _drop_oldest(self) -> None:
         oldest: _Entry | None = None
@@ -830,12 +833,23 @@ class IngestQueue:
     def _writer_loop(self) -> None:
         while True:
             with self._lock:
-                while not self._journal and not self._writer_exit and not self._compact_wanted:
+                while not self._writer_exit:
+                    now = time.monotonic()
+                    if now < self._write_retry_at:      # the disk failed: not before the pause
+                        self._wcv.wait(self._write_retry_at - now)
+                        continue
+                    if self._journal or self._compact_wanted or self._drops_unlogged:
+                        break
                     self._wcv.wait()
+                drops, self._drops_unlogged = self._drops_unlogged, 0
+                last_drop = self._dropped[-1] if drops and self._dropped else None
                 if not self._journal and self._writer_exit:
                     return
                 ops, self._journal = self._journal, []
                 self._writer_busy = True
+            if last_drop is not None:
+                log.warning("ingestion queue dropped %d turn(s); the last of bank %r: %s",
+                            drops, last_drop.bank, last_drop.reason)
             ok = False
             try:
                 if not self._spool_ready:
@@ -859,7 +873,7 @@ class IngestQueue:
                     if not ok:
                         if self._writer_exit:
                             return
-                        self._wcv.wait(SPOOL_RETRY_S)
+                        self._write_retry_at = time.monotonic() + SPOOL_RETRY_S
 
     def _write_ops(self, ops: list[tuple[str, _Entry, bool]]) -> bool:
         """Append ops to the spool. Lines are serialised here, off the GUI thread."""

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import stat
 import subprocess
 import sys
@@ -223,6 +222,13 @@ def test_unwritable_spool_is_reported_and_ingestion_goes_on(tmp_path, queues, mo
     c = q.counts()
     assert "Permission denied" in (c["spool_error"] or "")
     assert any("spool" in p for p in q.problems)
+    # the disk comes back: what waits is spooled then
+    q.pause("testing")
+    q.put("b", turn(2, "written once the disk works"))
+    monkeypatch.undo()
+    assert q.wait_spooled(5)
+    assert "written once the disk works" in spool_text(tmp_path / "spool")
+    assert q.counts()["spool_error"] is None
 
 
 # ── overflow ──────────────────────────────────────────────────────────────────────────
