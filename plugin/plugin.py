@@ -184,6 +184,8 @@ class Plugin(BasePlugin):
                              enabled=s.search_cache)
         self.cache.clear()
         self.queue.configure(s)
+        if str(self.queue.counts().get("paused_reason") or "").startswith("LLM call limit"):
+            self.queue.resume()   # the sink pauses again at once if the new limit is still spent
         self.client.update_settings(s, host.credentials(self.window, s))
 
     def shutdown(self, enabled: bool = True):  # PyGPT 2.9: on exit
@@ -369,9 +371,11 @@ class Plugin(BasePlugin):
         if sum(n for _, n in self._llm_calls) >= limit:
             wait = 3600 - (now - self._llm_calls[0][0])
             self.queue.pause(f"LLM call limit ({limit}/hour) reached; storing resumes in {int(wait // 60) + 1} min")
-            threading.Timer(wait, self.queue.resume).start()
+            timer = threading.Timer(wait, self.queue.resume)
+            timer.daemon = True
+            timer.start()
             from memoryplus.plugin.queue import IngestError
-            raise IngestError("LLM call limit reached", retryable=True, retry_after=wait)
+            raise IngestError("LLM call limit reached", paused=True)
 
     # ── chat commands ──────────────────────────────────────────────────────────────────
     def current_bank(self) -> str:

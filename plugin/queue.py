@@ -95,10 +95,13 @@ class IngestError(Exception):
     Any other exception a sink raises counts as retryable with no Retry-After.
     """
 
-    def __init__(self, message: str = "", *, retry_after: float | None = None, retryable: bool = True):
+    def __init__(self, message: str = "", *, retry_after: float | None = None, retryable: bool = True,
+                 paused: bool = False):
         super().__init__(message)
         self.retry_after = retry_after
         self.retryable = retryable
+        # The sink paused the queue (e.g. an LLM budget): the batch goes back, no attempt counted.
+        self.paused = paused
 
 
 @dataclass(frozen=True)
@@ -774,7 +777,8 @@ class IngestQueue:
             retry_after = None
         message = f"{type(error).__name__}: {error}"[:500]
         log.warning("ingestion of %d turn(s) into bank %r failed: %s", len(batch), bank, message)
-        split = not retryable and len(batch) > 1
+        paused = isinstance(error, IngestError) and error.paused
+        split = not retryable and len(batch) > 1 and not paused
         requeue: list[_Entry] = []
         for entry in batch:
             if entry.forget:                            # the user forgot it meanwhile
@@ -784,6 +788,9 @@ class IngestQueue:
             entry.error = message
             if split:
                 entry.solo = True                       # try alone: find the one bad turn
+                requeue.append(entry)
+                continue
+            if paused:
                 requeue.append(entry)
                 continue
             entry.attempts += 1
@@ -801,7 +808,7 @@ class IngestQueue:
                 continue
             self._enqueue(entry, front=True)
             od = self._pending.get(bank)
-        if requeue and not split:
+        if requeue and not split and not paused:
             attempts = max(e.attempts for e in requeue)
             self._parked[bank] = self._clock() + self._backoff(attempts, retry_after)
 

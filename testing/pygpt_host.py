@@ -51,6 +51,7 @@ class HostWindow:
             data.update(config or {})
             target.write_text(json.dumps(data), encoding="utf-8")
         self.statuses: list[str] = []
+        self._last_tick = 0.0
         self.alerts: list[str] = []
         self.core = types.SimpleNamespace(debug=MagicMock(), models=MagicMock(), llm=MagicMock())
         self.core.models.has.return_value = False
@@ -92,12 +93,19 @@ class HostWindow:
         self.dispatch(Event(Event.PLUGIN_SETTINGS_CHANGED))
 
     def process_events(self, seconds: float = 0.0) -> None:
-        """Let queued signals reach the GUI thread."""
+        """Let queued signals reach the GUI thread, and give enabled plugins their 1-second
+        on_post_update() tick as PyGPT's main loop does."""
         import time
         end = time.monotonic() + seconds
         while True:
             self.app.processEvents()
-            if time.monotonic() >= end:
+            now = time.monotonic()
+            if now - self._last_tick >= 1.0:
+                self._last_tick = now
+                for pid, plugin in list(self.core.plugins.plugins.items()):
+                    if self.controller.plugins.is_enabled(pid):
+                        plugin.on_post_update()
+            if now >= end:
                 break
             time.sleep(0.01)
 

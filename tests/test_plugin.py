@@ -230,3 +230,50 @@ def test_invalid_saved_values_keep_defaults_and_are_reported(host):
     assert plugin.settings.context_limit == 10 and plugin.settings.overflow_policy == "drop_new"
     window.process_events(0.1)
     assert any("context_limit" in s for s in window.statuses)
+
+
+@pytest.mark.option("retry_attempts")
+@pytest.mark.option("retry_backoff_ms")
+@pytest.mark.option("batch_size")
+@pytest.mark.option("batch_delay_ms")
+def test_a_flaky_provider_is_retried_until_the_turn_is_stored(host):
+    from memoryplus.testing.scripted_llm import ScriptedLLMServer
+    with ScriptedLLMServer() as llm:
+        window, plugin = host(extraction_engine="llm", llm_provider="openai_compatible",
+                              override_base_url=llm.base_url, override_api_key="sk-flaky-cccccccccccccccccccc",
+                              graphiti_model="scripted-llm", retry_attempts=5, retry_backoff_ms=100,
+                              batch_size=2, batch_delay_ms=0)
+        llm.inject("500", count=3)
+        llm.inject("429", count=3, retry_after=0)
+        chat_turn(window, "My dentist is Dr Okafor in Leipzig.", "Noted.", ctx_id=1)
+        settle(window, plugin, timeout=120)
+        counts = plugin.queue.counts()
+        assert counts["failed"] == 0 and counts["done"] >= 1
+        assert llm.faults_applied, "the faults really happened"
+        assert "Okafor" in block_of(chat_turn(window, "Who is my dentist?", "?", ctx_id=2))
+        settle(window, plugin, timeout=120)
+        stats = plugin.client.call("stats", {"bank": "default"}, timeout=30)
+        assert stats["episodes"] == 2 and stats["llm_calls"] > 0, "each turn stored once"
+
+
+@pytest.mark.option("max_llm_calls_per_hour")
+def test_the_hourly_llm_budget_pauses_ingestion_without_losing_turns(host):
+    from memoryplus.testing.scripted_llm import ScriptedLLMServer
+    with ScriptedLLMServer() as llm:
+        window, plugin = host(extraction_engine="llm", llm_provider="openai_compatible",
+                              override_base_url=llm.base_url, override_api_key="sk-budget-dddddddddddddddddd",
+                              graphiti_model="scripted-llm", max_llm_calls_per_hour=1, batch_delay_ms=0)
+        chat_turn(window, "I live in Berlin.", "Nice.", ctx_id=1)
+        settle(window, plugin, timeout=60)          # the first turn spends the budget
+        chat_turn(window, "I work at Siemens.", "Cool.", ctx_id=2)
+        deadline = time.monotonic() + 20
+        while not plugin.queue.counts().get("paused_reason") and time.monotonic() < deadline:
+            window.process_events(0.05)
+        counts = plugin.queue.counts()
+        assert "LLM call limit" in str(counts["paused_reason"])
+        assert counts["pending"] + counts.get("retrying", 0) + counts["in_flight"] >= 1 and counts["failed"] == 0
+        window.process_events(1.2)
+        assert any("LLM call limit" in s for s in window.statuses), "the user is told why"
+        window.save_options(plugin, max_llm_calls_per_hour=0)   # lifting the limit resumes
+        settle(window, plugin, timeout=60)
+        assert plugin.client.call("stats", {"bank": "default"}, timeout=30)["episodes"] == 2

@@ -1,0 +1,222 @@
+"""What every part of the memory UI shares: getting results from other threads onto the GUI
+thread, the memories a view can select, and how dates, validity and tags are shown.
+
+Threading rule of the whole UI: the GUI thread never waits on the worker. Requests go out with
+`WorkerClient.submit()` (a Future, at once); a Future's completion, and any progress from a
+helper thread, comes back through `GuiPost.post()`, a signal queued to the GUI thread. No
+widget is ever touched from another thread.
+"""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import json
+import logging
+import threading
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+from PySide6.QtCore import QObject, Qt, Signal, Slot
+
+log = logging.getLogger("memoryplus.ui")
+
+READ_TIMEOUT_S = 60.0
+WRITE_TIMEOUT_S = 120.0
+LONG_TIMEOUT_S = 1800.0
+
+
+class GuiPost(QObject):
+    """Run callables on the GUI thread, posted from any thread."""
+
+    _posted = Signal(object)
+
+    def __init__(self, parent: QObject | None = None):
+        super().__init__(parent)
+        self._posted.connect(self._run, Qt.ConnectionType.QueuedConnection)
+
+    def post(self, fn: Callable[[], Any]) -> None:
+        """Thread-safe: `fn` runs later on the GUI thread (always later, even from it)."""
+        try:
+            self._posted.emit(fn)
+        except RuntimeError:      # the receiver is gone (PyGPT is closing): nothing to show
+            pass
+
+    def watch(self, future: cf.Future, callback: Callable[[cf.Future], Any]) -> cf.Future:
+        """`callback(future)` on the GUI thread once the future is done."""
+        future.add_done_callback(lambda f: self.post(lambda: callback(f)))
+        return future
+
+    def in_thread(self, fn: Callable[[], Any], callback: Callable[[cf.Future], Any] | None = None,
+                  name: str = "memoryplus-ui") -> cf.Future:
+        """Run `fn` on a daemon thread (file I/O, parsing, layout); its Future comes back to
+        `callback` on the GUI thread."""
+        fut: cf.Future = cf.Future()
+
+        def run():
+            if not fut.set_running_or_notify_cancel():
+                return
+            try:
+                fut.set_result(fn())
+            except BaseException as exc:  # delivered to the callback
+                fut.set_exception(exc)
+        if callback is not None:
+            self.watch(fut, callback)
+        threading.Thread(target=run, name=name, daemon=True).start()
+        return fut
+
+    @Slot(object)
+    def _run(self, fn) -> None:
+        try:
+            fn()
+        except Exception:   # a slot must not raise into Qt (PyGPT would print and go on)
+            log.exception("memory UI callback failed")
+
+
+def outcome(future: cf.Future) -> tuple[Any, str | None]:
+    """(result, None) or (None, a message for the user)."""
+    if future.cancelled():
+        return None, "cancelled"
+    exc = future.exception()
+    if exc is None:
+        return future.result(), None
+    text = str(exc) or type(exc).__name__
+    if "unknown bank" in text:
+        return None, "nothing is stored in this bank yet"
+    return None, text
+
+
+@dataclass
+class Memory:
+    """One selectable memory in any view: what Forget and 👍/👎 act on."""
+    id: str
+    kind: str                    # fact, entity, episode
+    text: str
+    name: str = ""
+    sources: list[str] | None = None      # caller ids of the turns behind it, when known
+    when: str | None = None
+
+    @property
+    def rateable(self) -> bool:
+        return self.kind in ("fact", "entity")
+
+    def short(self, n: int = 90) -> str:
+        return elide(self.text or self.name, n)
+
+
+# ── formatting ────────────────────────────────────────────────────────────────────────────
+def parse_time(value: Any) -> datetime | None:
+    if value in (None, ""):
+        return None
+    if isinstance(value, datetime):
+        dt = value
+    else:
+        try:
+            dt = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+        except ValueError:
+            return None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    return dt
+
+
+def fmt_date(value: Any) -> str:
+    dt = parse_time(value)
+    return dt.astimezone().strftime("%Y-%m-%d") if dt else "—"
+
+
+def fmt_time(value: Any) -> str:
+    dt = parse_time(value)
+    return dt.astimezone().strftime("%Y-%m-%d %H:%M") if dt else "—"
+
+
+def validity(valid_at: Any, invalid_at: Any, current: bool | None = None) -> str:
+    """'current since 2025-03-01' or 'superseded on 2025-04-02'."""
+    if invalid_at or current is False:
+        return f"superseded on {fmt_date(invalid_at)}" if invalid_at else "superseded"
+    return f"current since {fmt_date(valid_at)}" if valid_at else "current"
+
+
+def fmt_tags(tags: list[str] | None) -> str:
+    return ", ".join(tags or [])
+
+
+def one_line(text: str) -> str:
+    return " ".join(str(text or "").split())
+
+
+def elide(text: str, n: int) -> str:
+    t = one_line(text)
+    return t if len(t) <= n else t[: n - 1].rstrip() + "…"
+
+
+def printable(text: str) -> str:
+    """Control characters (a bank name may hold any) shown as escapes."""
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in str(text))
+
+
+def fmt_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "—"
+    s = int(seconds)
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60} s"
+    return f"{s // 3600} h {(s % 3600) // 60} min"
+
+
+def fmt_count(n: Any) -> str:
+    try:
+        return f"{int(n):,}"
+    except (TypeError, ValueError):
+        return "—"
+
+
+# ── small persistent UI state in the plugin's data directory ─────────────────────────────
+class JsonState:
+    """A small JSON file (atomic writes); unreadable or missing reads as empty."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+
+    def load(self) -> dict[str, Any]:
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+            return data if isinstance(data, dict) else {}
+        except (OSError, ValueError):
+            return {}
+
+    def save(self, data: dict[str, Any]) -> None:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.path.with_name(f".{self.path.name}.tmp")
+            tmp.write_text(json.dumps(data, indent=1, sort_keys=True), encoding="utf-8")
+            tmp.replace(self.path)
+        except OSError as exc:
+            log.warning("cannot save %s: %s", self.path, exc)
+
+
+@dataclass
+class Ratings:
+    """The ratings the engine returned for 👍/👎 (it keeps the real ones in the graph; the UI
+    remembers them to show them and to hide demoted memories)."""
+    state: JsonState
+    data: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    @classmethod
+    def open(cls, path: Path) -> "Ratings":
+        st = JsonState(path)
+        return cls(st, {b: {k: int(v) for k, v in d.items()} for b, d in st.load().items()
+                        if isinstance(d, dict)})
+
+    def get(self, bank: str, memory_id: str) -> int:
+        return self.data.get(bank, {}).get(memory_id, 0)
+
+    def set(self, bank: str, memory_id: str, rating: int) -> None:
+        self.data.setdefault(bank, {})[memory_id] = int(rating)
+        self.state.save(self.data)
+
+    def forget_bank(self, bank: str) -> None:
+        if self.data.pop(bank, None) is not None:
+            self.state.save(self.data)
