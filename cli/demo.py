@@ -1,28 +1,31 @@
-"""`memoryplus demo`: a scripted conversation showing the memory engine at work, offline.
+"""`memoryplus demo`: a scripted multi-session conversation through the real PyGPT plugin.
 
-It runs on the embedded default (Kuzu, local extraction, the local embedder: no API key, no
-server) in a fresh directory, and every step checks itself against the real bank (searches and
-an export read back), not against what it printed. Exit status 0 only if every check held.
+No API key, no server, no display: real PyGPT parts (registry, dispatcher, events, ctx items;
+see testing/pygpt_host.py), the real MemoryPlus plugin, a real worker process, Kuzu on disk,
+local extraction and the local embedder, in a fresh temporary directory. Each turn shows what
+was stored and what was recalled into the next turns' system prompts, and every step checks
+itself against the real bank (searches through the worker, an export read back), never
+against text the demo printed. Exit status 0 only if every check held.
 """
 from __future__ import annotations
 
+import json
+import os
+import re
 import sys
 import tempfile
-from datetime import datetime, timedelta, timezone
+import time
 from pathlib import Path
 
-from memoryplus.config.schema import Settings
-from memoryplus.worker.engine import MemoryEngine
-from memoryplus.worker.records import Turn
-
-PERSONAL, WORK = "Personal assistant", "current.chat: work"
-T0 = datetime(2025, 3, 1, 9, 0, tzinfo=timezone.utc)
+PERSONAL, WORK = "personal-assistant", "work"
+SETTINGS = {"extraction_engine": "local", "embedding_provider": "local", "engine_mode": "persistent",
+            "batch_delay_ms": 0}
 
 
 class Out:
     def __init__(self, stream=sys.stdout):
         self.stream = stream
-        self.color = stream.isatty()
+        self.color = stream.isatty() and not os.environ.get("NO_COLOR")
         self.failures: list[str] = []
         self.checks = 0
 
@@ -30,114 +33,152 @@ class Out:
         return f"\033[{code}m{text}\033[0m" if self.color else text
 
     def head(self, text: str) -> None:
-        print("\n" + self._c("1;36", f"== {text}"), file=self.stream)
+        print("\n" + self._c("1;36", f"== {text}"), file=self.stream, flush=True)
 
-    def line(self, text: str) -> None:
-        print("   " + text, file=self.stream)
+    def line(self, text: str, code: str = "") -> None:
+        print("   " + (self._c(code, text) if code else text), file=self.stream, flush=True)
 
     def check(self, ok: bool, what: str) -> bool:
         self.checks += 1
         mark = self._c("32", "PASS") if ok else self._c("31", "FAIL")
-        print(f"   [{mark}] {what}", file=self.stream)
+        print(f"   [{mark}] {what}", file=self.stream, flush=True)
         if not ok:
             self.failures.append(what)
         return ok
 
 
-def _texts(results) -> str:
-    return "\n".join(r.text for r in results)
+class Demo:
+    def __init__(self, workdir: Path, out: Out):
+        from memoryplus.plugin.plugin import Plugin
+        from memoryplus.testing.pygpt_host import HostWindow
+        self.out = out
+        self.window = HostWindow(workdir)
+        self.window.core.config.data.setdefault("plugins", {})["memoryplus"] = dict(SETTINGS)
+        self.plugin = self.window.register(Plugin())
+        self.plugin._ensure_started()
+        self.ctx_id = 0
+
+    def call(self, op: str, **params):
+        return self.plugin.client.call(op, params, timeout=60)
+
+    def say(self, preset: str, text: str, answer: str) -> str:
+        """One chat turn; prints what the model was given, then waits until it is stored."""
+        from memoryplus.plugin.memory_block import TAG
+        from memoryplus.testing.pygpt_host import chat_turn
+        self.ctx_id += 1
+        self.window.core.config.set("preset", preset)   # the preset selected in PyGPT's UI
+        self.out.line(f"you ({preset}): {text}", "1")
+        seen = len(self.window.alerts)
+        prompt = chat_turn(self.window, text, answer, preset=preset, ctx_id=self.ctx_id)
+        if prompt is None:     # a chat command: MemoryPlus answers instead of the model
+            self._wait_for_reply(seen)
+            return ""
+        block = re.search(rf"<{TAG}>\n.*?\n(.*?)</{TAG}>", prompt, re.S)
+        if block:
+            self.out.line("recalled into this turn's system prompt:", "33")
+            for line in block.group(1).strip().splitlines():
+                self.out.line("  " + line, "33")
+        self.out.line(f"assistant: {answer}")
+        self.settle()
+        return block.group(1) if block else ""
+
+    def _wait_for_reply(self, seen: int, timeout: float = 60.0) -> None:
+        end = time.monotonic() + timeout
+        while len(self.window.alerts) == seen and time.monotonic() < end:
+            self.window.process_events(0.05)
+        for alert in self.window.alerts[seen:]:
+            for line in alert.splitlines():
+                self.out.line("MemoryPlus: " + line, "35")
+
+    def settle(self) -> None:
+        self.plugin.queue.flush(timeout=60)
+        self.window.process_events(0.02)
+
+    def stored(self, bank: str) -> None:
+        facts = self.call("browse", bank=bank, what="facts", limit=50)
+        current = [f["text"] for f in facts if f["current"]]
+        older = [f["text"] for f in facts if not f["current"]]
+        self.out.line(f"bank {bank!r} now holds {len(facts)} facts:")
+        for text in current:
+            self.out.line(f"  current:    {text}", "32")
+        for text in older:
+            self.out.line(f"  superseded: {text}", "2")
+
+    def close(self) -> None:
+        self.plugin.destroy()
 
 
-async def run_demo(args=None, *, out: Out | None = None, directory: Path | None = None,
-                   engine_factory=None) -> int:
+def run_demo(out: Out | None = None, workdir: Path | None = None) -> int:
     out = out or Out()
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    os.environ.setdefault("GRAPHITI_TELEMETRY_ENABLED", "false")
     tmp = None
-    if directory is None:
+    if workdir is None:
         tmp = tempfile.TemporaryDirectory(prefix="memoryplus-demo-")
-        directory = Path(tmp.name)
-    settings = Settings(extraction_engine="local", embedding_provider="local")
-    engine = (engine_factory or MemoryEngine)(settings, directory, app="memoryplus demo")
+        workdir = Path(tmp.name)
+    started = time.monotonic()
+    demo = None
     try:
-        await _script(engine, out)
+        demo = Demo(workdir, out)
+        _script(demo, out)
+    except Exception as exc:  # a crash is a failed demo, said plainly
+        out.check(False, f"the demo ran to the end ({type(exc).__name__}: {exc})")
     finally:
-        await engine.close()
+        if demo is not None:
+            demo.close()
         if tmp is not None:
             tmp.cleanup()
     out.head("Result")
+    took = time.monotonic() - started
     if out.failures:
-        out.line(f"{len(out.failures)} of {out.checks} checks FAILED: " + "; ".join(out.failures))
+        out.line(f"{len(out.failures)} of {out.checks} checks FAILED in {took:.0f} s: "
+                 + "; ".join(out.failures), "31")
         return 1
-    out.line(f"all {out.checks} checks passed")
+    out.line(f"all {out.checks} checks passed in {took:.0f} s", "32")
     return 0
 
 
-async def _say(engine, out: Out, bank: str, ident: str, user: str, assistant: str, when: datetime):
-    out.line(f"{when.date()}  user: {user}")
-    out.line(f"{'':>12}  assistant: {assistant}")
-    rep = await engine.ingest(bank, [Turn(id=ident, user=user, assistant=assistant, time=when)])
-    return rep
+def _script(d: Demo, out: Out) -> None:
+    out.head(f"Session 1 — preset {PERSONAL!r}: getting to know each other")
+    d.say(PERSONAL, "Hi! My name is Ada and I live in Berlin.", "Nice to meet you, Ada!")
+    d.say(PERSONAL, "My dentist is Dr Okafor, the appointment is on Friday.", "Noted: Dr Okafor on Friday.")
+    d.say(PERSONAL, "I love hiking in the Alps, it makes me so happy!", "The Alps are wonderful.")
+    d.stored(PERSONAL)
+    facts = d.call("browse", bank=PERSONAL, what="facts", limit=50)
+    out.check(any("Berlin" in f["text"] and f["current"] for f in facts), "the bank holds 'lives in Berlin'")
+    episodes = d.call("browse", bank=PERSONAL, what="episodes", limit=50)
+    out.check(any(t.startswith("emotion:") for e in episodes for t in e["tags"]), "turns carry emotion tags")
 
-
-async def _recall(engine, out: Out, bank: str, query: str, **kw):
-    results = await engine.search(bank, query, 5, **kw)
-    out.line(f"recall for {query!r}:")
-    for r in results[:5]:
-        state = "current" if r.invalid_at is None else f"superseded {r.invalid_at.date()}"
-        tags = " ".join(f"[{t}]" for t in r.tags)
-        out.line(f"   - ({r.kind}, {state}) {r.text.replace(chr(10), ' / ')[:100]} {tags}")
-    return results
-
-
-async def _script(engine: MemoryEngine, out: Out) -> None:
-    out.head(f"Session 1 — preset {PERSONAL!r}")
-    await _say(engine, out, PERSONAL, "s1-1", "Hi! My name is Ada and I live in Berlin.",
-               "Nice to meet you, Ada. Berlin is a lovely city.", T0)
-    await _say(engine, out, PERSONAL, "s1-2", "My dentist is Dr Okafor, the appointment is on Friday.",
-               "Noted: Dr Okafor on Friday.", T0 + timedelta(minutes=5))
-    await _say(engine, out, PERSONAL, "s1-3", "I love hiking in the Alps, it makes me so happy!",
-               "Hiking in the Alps sounds wonderful.", T0 + timedelta(minutes=9))
-    stats = await engine.stats(PERSONAL)
-    out.line(f"stored: {stats.episodes} turns, {stats.entities} entities, {stats.facts} facts")
-    out.check(stats.episodes == 3 and stats.facts >= 2, "three turns stored with their facts")
-
-    out.head("Session 2 — a week later: what is remembered, and what changed")
-    res = await _recall(engine, out, PERSONAL, "Where do I live?")
-    out.check("Berlin" in _texts(res), "recalls that Ada lives in Berlin")
-    when = T0 + timedelta(days=7)
-    await _say(engine, out, PERSONAL, "s2-1", "Big news: I moved, I live in Lisbon now.",
-               "Congratulations on the move to Lisbon!", when)
-    res = await _recall(engine, out, PERSONAL, "Where do I live?")
-    facts = [r for r in res if r.kind == "fact"]
-    out.check(any("Lisbon" in r.text and r.invalid_at is None for r in facts),
-              "the new fact (Lisbon) is current")
-    out.check(not any("Berlin" in r.text for r in facts), "the old fact (Berlin) is no longer current")
-    past = await _recall(engine, out, PERSONAL, "Where do I live?", as_of=T0 + timedelta(days=1))
-    out.check(any("Berlin" in r.text for r in past if r.kind == "fact"),
-              "time travel: as of day 1 the user lived in Berlin")
+    out.head("Session 2 — a week later: recalled in the same turn")
+    block = d.say(PERSONAL, "Where do I live these days?", "You live in Berlin.")
+    out.check("Berlin" in block, "the earlier turn came back in this turn's system prompt")
+    d.say(PERSONAL, "Big news: I moved, I live in Lisbon now.", "Congratulations on Lisbon!")
+    d.stored(PERSONAL)
+    facts = d.call("browse", bank=PERSONAL, what="facts", limit=50)
+    out.check(any("Lisbon" in f["text"] and f["current"] for f in facts), "the new fact (Lisbon) is current")
+    out.check(any("Berlin" in f["text"] and not f["current"] for f in facts),
+              "the old fact (Berlin) is kept, superseded")
+    current = [r for r in d.call("search", bank=PERSONAL, query="where do I live", limit=10) if r["kind"] == "fact"]
+    out.check(not any("Berlin" in r["text"] for r in current), "search recalls only the current fact")
 
     out.head("/remember_this — an explicit memory")
-    await engine.remember(PERSONAL, "My passport expires in March 2027.")
-    out.line("remembered: My passport expires in March 2027.")
-    res = await _recall(engine, out, PERSONAL, "When does my passport expire?")
-    out.check("passport" in _texts(res).lower(), "the explicit memory is recalled")
+    d.say(PERSONAL, "/remember_this My passport expires in March 2027.", "")
+    results = d.call("search", bank=PERSONAL, query="passport expires", limit=5)
+    out.check(any("passport" in r["text"].lower() for r in results), "the bank returns the remembered text")
 
-    out.head("/forget_that — forgetting the dentist")
-    matches = (await engine.forget(PERSONAL, text="dentist Dr Okafor", confirm=False)).matches
-    out.line(f"{len(matches)} strong matches shown for confirmation")
-    rep = await engine.forget(PERSONAL, text="dentist Dr Okafor", confirm=True)
-    out.line(f"forgot {len(rep.forgotten)} memories and {rep.episodes_removed} turn(s)")
-    res = await _recall(engine, out, PERSONAL, "dentist Okafor")
-    out.check("okafor" not in _texts(res).lower(), "search no longer finds Dr Okafor")
-    exported = str(await engine.export(PERSONAL)).lower()
-    out.check("okafor" not in exported, "the export holds no trace of Dr Okafor")
+    out.head("/forget_that — forgetting the dentist, with confirmation")
+    d.say(PERSONAL, "/forget_that dentist Dr Okafor", "")
+    d.say(PERSONAL, "/forget_that yes", "")
+    results = d.call("search", bank=PERSONAL, query="dentist Okafor", limit=10)
+    out.check(not any("okafor" in r["text"].lower() for r in results), "search no longer finds Dr Okafor")
+    export = json.dumps(d.call("export", bank=PERSONAL)).lower()
+    out.check("okafor" not in export, "an export of the bank holds no trace of Dr Okafor")
 
     out.head(f"Another preset — {WORK!r} — has its own memory")
-    await _say(engine, out, WORK, "w-1", "I work at Acme on the Apollo project, due on Friday.",
-               "Got it: the Apollo project at Acme.", when)
-    res = await _recall(engine, out, WORK, "Apollo project")
-    out.check("Apollo" in _texts(res), "the work preset recalls the Apollo project")
-    res_w = await engine.search(WORK, "Lisbon Berlin passport hiking", 10)
-    res_p = await engine.search(PERSONAL, "Apollo Acme project", 10)
-    leaks = [src for r in res_w for src in r.sources if not src.startswith("w-")]
-    leaks += [src for r in res_p for src in r.sources if src.startswith("w-")]
-    out.check(not leaks, "neither preset sees the other's memories")
+    d.say(WORK, "I work at Acme on the Apollo project, due on Friday.", "Got it: Apollo at Acme.")
+    block = d.say(WORK, "What about Lisbon and my passport?", "I don't know about that here.")
+    out.check("Lisbon" not in block and "passport" not in block.lower(),
+              "the work preset recalls nothing from the personal one")
+    leaks = [r for r in d.call("search", bank=PERSONAL, query="Apollo project Acme", limit=10)
+             if "apollo" in r["text"].lower()]
+    out.check(not leaks, "and the personal preset nothing from work")

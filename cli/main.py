@@ -85,6 +85,18 @@ def _parser() -> argparse.ArgumentParser:
 
     sub.add_parser("demo", help="a scripted conversation showing memory at work (offline)")
 
+    c = sub.add_parser("import-pygpt", help="backfill memory from PyGPT's conversation history")
+    c.add_argument("--workdir", help="PyGPT's user data directory (default: PYGPT_WORKDIR or "
+                                     "~/.config/pygpt-net)")
+    c.add_argument("--dry-run", action="store_true", help="show per bank what would be imported")
+    c.add_argument("--since", help="only turns from this ISO date/time on")
+    c.add_argument("--preset", help="only this preset's conversations (a preset id or a bank name)")
+    c.add_argument("--yes", action="store_true", help="do not ask before spending LLM tokens")
+    c.add_argument("--batch", type=int, default=None, help="turns per batch (default: Batch Size)")
+
+    c = sub.add_parser("doctor", help="check the installation, with a fix for each problem")
+    c.add_argument("--json", action="store_true")
+
     c = sub.add_parser("launch", help="start PyGPT with MemoryPlus registered (PyGPT's own "
                                       "arguments pass through)")
     c.add_argument("pygpt_args", nargs=argparse.REMAINDER)
@@ -189,9 +201,9 @@ def launch(pygpt_args: list[str]) -> int:
 
 
 async def _run(args) -> int:
-    if args.command == "demo":
-        from memoryplus.cli.demo import run_demo
-        return await run_demo(args)
+    if args.command == "import-pygpt":
+        from memoryplus.cli.import_pygpt import run_import
+        return await run_import(args)
     engine = _engine(args)
     try:
         return await _dispatch(engine, args)
@@ -312,6 +324,12 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger("graphiti_core").setLevel(logging.CRITICAL)
     if args.command == "launch":
         return launch(args.pygpt_args)
+    if args.command == "doctor":
+        from memoryplus.cli.doctor import run_doctor
+        return run_doctor(args)
+    if args.command == "demo":
+        from memoryplus.cli.demo import run_demo
+        return run_demo()
     try:
         return asyncio.run(_run(args))
     except KeyboardInterrupt:

@@ -88,11 +88,26 @@ class Plugin(BasePlugin):
     # ── options ────────────────────────────────────────────────────────────────────────
     def init_options(self):
         host.register_options(self)
+        # ── memory UI (issue 5): a settings-page button opening the browser (never persisted) ──
+        def open_memory_browser():
+            from memoryplus.ui import integration
+            integration.open_browser(self)
+        self.add_option("open_browser", "button", value=None, label="Open memory browser",
+                        description="See, search, rate and forget what MemoryPlus remembers.",
+                        tab="general", callback=open_memory_browser)
+        # ── end memory UI ──
 
     # ── life cycle ─────────────────────────────────────────────────────────────────────
     def setup_ui(self):
         """Once, on the GUI thread, for every registered plugin (enabled or not)."""
         self.notify.connect(self._show_message)
+        # ── memory UI (issue 5): MemoryPlus menu, mode selector, review reminder ──
+        try:
+            from memoryplus.ui import integration
+            integration.install(self)
+        except Exception as exc:  # the memory UI is optional: never take PyGPT down with it
+            self._fail("cannot build the memory UI", exc)
+        # ── end memory UI ──
         if self._enabled():
             QTimer.singleShot(0, self._ensure_started)
 
@@ -116,7 +131,7 @@ class Plugin(BasePlugin):
     def _ensure_started(self) -> None:
         """Build the machinery (cheap) and start the worker in the background."""
         with self._lock:
-            if self._started:
+            if self._started or self._closed:   # closed: PyGPT shut us down; only ENABLE reopens
                 return
             self._started = True
         try:
