@@ -281,8 +281,7 @@ class Plugin(BasePlugin):
             return
         # A search racing a write to its bank must not be cached as if it were fresh.
         pending.generation = self.cache.generation(bank) if self.cache else None
-        limit = max(s.context_limit, s.search_depth)
-        future = self.client.submit("search", {"bank": bank, "query": query, "limit": limit},
+        future = self.client.submit("search", {"bank": bank, "query": query, "limit": s.context_limit},
                                     timeout=SEARCH_TIMEOUT_S)
         future.add_done_callback(lambda f, p=pending: self._search_done(p, f))
 

@@ -354,3 +354,17 @@ async def test_banks_are_recycled_when_idle_and_keep_their_memories(engine, monk
     assert BANK not in engine.banks and not (first.dir / "owner.json").exists()
     assert "Museum3" in texts(await engine.search(BANK, "Museum3 Vienna"))
     assert engine.banks[BANK] is not first
+
+
+@pytest.mark.option("search_depth")
+async def test_search_depth_is_the_candidate_pool(make_engine, tmp_path):
+    turns = [turn(i, f"The zebra number {i} lives in Zoo{i}") for i in range(15)]
+    shallow = make_engine(tmp_path / "s", search_depth=2)
+    deep = make_engine(tmp_path / "d", search_depth=20)
+    for eng in (shallow, deep):
+        await eng.ingest(BANK, turns)
+    few = await shallow.search(BANK, "zebra lives in zoo", limit=50)
+    many = await deep.search(BANK, "zebra lives in zoo", limit=50)
+    assert len(few) <= 2 * 3, "at most search_depth candidates of each kind"
+    assert len(many) > len(few)
+    assert len(await deep.search(BANK, "zebra lives in zoo", limit=4)) == 4, "the limit cuts the fused list"

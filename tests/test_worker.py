@@ -408,6 +408,7 @@ def test_worker_exiting_at_start_auto_falls_back_to_per_call_persistent_reports(
     assert c.call("stats", {"bank": BANK})["episodes"] == 2
 
 
+@pytest.mark.option("worker_python")
 def test_python_for_the_worker_and_a_python_that_cannot_start(data_dir, clients, monkeypatch):
     assert WorkerClient(settings(), data_dir).python() == sys.executable
     assert WorkerClient(settings(worker_python="/opt/py/bin/python3"), data_dir).python() == "/opt/py/bin/python3"
@@ -519,6 +520,7 @@ def test_per_call_mode_holds_no_lock_between_calls_and_serializes_a_bank(data_di
     assert c.status()["state"] == "ready" and c.status()["pid"] is None
 
 
+@pytest.mark.option("runner_timeout_s")
 def test_per_call_worker_is_killed_at_the_runner_timeout(data_dir, clients, hooks):
     c = clients(settings(runner_timeout_s=5), data_dir, mode="subprocess")
     t0 = time.monotonic()

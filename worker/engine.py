@@ -683,7 +683,7 @@ class MemoryEngine:
         if not text:
             return []
         limit = max(1, min(int(limit), 100))
-        depth = max(limit, self.settings.search_depth)
+        depth = self.settings.search_depth   # candidates per kind (facts, entities, turns)
         results = await bank.graphiti.search_(text, config=self._search_config(depth),
                                               group_ids=[bank.slug],
                                               search_filter=self._search_filter(as_of))
