@@ -84,6 +84,15 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--bank", required=True)
 
     sub.add_parser("demo", help="a scripted conversation showing memory at work (offline)")
+    c = sub.add_parser("chaos", help="the real plugin, worker and Kuzu under injected faults; "
+                                     "checks nothing is lost, duplicated or leaked")
+    c.add_argument("--turns", type=int, default=200)
+    c.add_argument("--seed", type=int, default=1)
+    c.add_argument("--json", dest="chaos_json", help="write the figures to this file")
+    c = sub.add_parser("bench", help="measure speed, cost, memory and recall against the targets")
+    c.add_argument("--smoke", action="store_const", const="smoke", dest="bench_mode", default="full")
+    c.add_argument("--quick", action="store_const", const="quick", dest="bench_mode")
+    c.add_argument("--json", dest="bench_json", help="write every figure to this JSON file")
 
     c = sub.add_parser("import-pygpt", help="backfill memory from PyGPT's conversation history")
     c.add_argument("--workdir", help="PyGPT's user data directory (default: PYGPT_WORKDIR or "
@@ -330,6 +339,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "demo":
         from memoryplus.cli.demo import run_demo
         return run_demo()
+    if args.command == "chaos":
+        from memoryplus.cli.chaos import ok, print_result, run_chaos
+        result = run_chaos(args.turns, args.seed, args.chaos_json)
+        print_result(result)
+        return 0 if ok(result) else 1
+    if args.command == "bench":
+        from memoryplus.cli.bench import run_bench
+        run_bench(args.bench_mode, args.bench_json)
+        return 0
     try:
         return asyncio.run(_run(args))
     except KeyboardInterrupt:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import OrderedDict
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -76,7 +77,7 @@ class Plugin(BasePlugin):
         self._lock = threading.Lock()
         self._searches: dict[int, PendingSearch] = {}
         self._last_turn: dict[str, Turn] = {}
-        self._seen_turns: set[str] = set()
+        self._seen_turns: OrderedDict[str, None] = OrderedDict()   # recent turns, for double dispatch
         self._forget_offer: tuple[str, list[SearchResult]] | None = None
         self._started = False
         self._closed = False
@@ -347,7 +348,9 @@ class Plugin(BasePlugin):
         key = f"{bank}\x00{turn.id}\x00{hash((turn.user, turn.assistant))}"
         if key in self._seen_turns:      # the same turn dispatched twice
             return
-        self._seen_turns.add(key)
+        self._seen_turns[key] = None
+        if len(self._seen_turns) > 1000:
+            self._seen_turns.popitem(last=False)
         self._last_turn[bank] = turn
         if self.settings.auto_ingest:
             self.queue.put(bank, turn)

@@ -1,0 +1,587 @@
+"""`memoryplus bench`: speed, cost, memory and retrieval, measured against the alternatives in
+one run (issue 7).
+
+Real parts throughout: PyGPT's registry, dispatcher, events and ctx items in chat mode (see
+testing/pygpt_host.py), the real plugin, real worker processes, Kuzu on disk, the local
+embedder, and the scripted LLM (testing/scripted_llm.py) with a per-call latency standing in
+for a provider. Baselines: graphiti's own `search_` in-process on the same bank with the same
+configuration; stock graphiti `add_episode` over KuzuDriver defaults (zero LLM latency, at most
+500 turns) in its own process; BM25 over the raw turns for recall.
+
+    run_bench("smoke" | "quick" | "full", json_path=None) -> dict of numbers
+
+The benchmark is not a test: nothing here asserts a target; the table says which hold.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+DATA_FILE = Path(__file__).resolve().parent.parent / "testing" / "data" / "recall_conversation.json"
+T0 = datetime(2025, 1, 1, tzinfo=timezone.utc)
+BANK = "default"          # where PyGPT's unsaved `current.chat` preset stores
+LOCAL = {"extraction_engine": "local", "embedding_provider": "local", "engine_mode": "persistent"}
+
+SIZES = {   # per mode: how much of everything
+    "smoke": dict(bank_turns=40, chunk=10, recall_questions=15, chat_turns=8, cache_turns=4,
+                  overhead_queries=5, percall_searches=3, llm_turns=2, llm_busy_turns=2,
+                  idle_searches=5, baseline_turns=10, baseline_chunk=5, baseline_budget_s=25.0,
+                  llm_latency_s=0.2),
+    "quick": dict(bank_turns=500, chunk=100, recall_questions=None, chat_turns=200, cache_turns=30,
+                  overhead_queries=60, percall_searches=20, llm_turns=10, llm_busy_turns=6,
+                  idle_searches=30, baseline_turns=500, baseline_chunk=100, baseline_budget_s=180.0,
+                  llm_latency_s=0.2),
+    "full": dict(bank_turns=5000, chunk=500, recall_questions=None, chat_turns=200, cache_turns=50,
+                 overhead_queries=100, percall_searches=20, llm_turns=30, llm_busy_turns=10,
+                 idle_searches=50, baseline_turns=500, baseline_chunk=100, baseline_budget_s=900.0,
+                 llm_latency_s=0.2),
+}
+
+# (key, unit, target text, predicate) — the order of the printed table
+TARGETS = [
+    ("gui_ms_per_turn_p99", "ms", "<= 5", lambda v: v <= 5),
+    ("inject_ms_p50", "ms", "reported", None),
+    ("inject_ms_p95", "ms", "<= 150", lambda v: v <= 150),
+    ("cache_hit_ms_p50", "ms", "<= 1", lambda v: v <= 1),
+    ("search_overhead_ratio", "x", "<= 1.2", lambda v: v <= 1.2),
+    ("search_during_ingest_ratio", "x", "<= 2", lambda v: v <= 2),
+    ("local_ingest_turns_per_s", "turns/s", ">= 20", lambda v: v >= 20),
+    ("llm_calls_per_turn", "calls", "reported", None),
+    ("llm_input_tokens_per_turn", "tokens", "reported", None),
+    ("llm_calls_ratio_vs_graphiti", "x", "<= 1.0", lambda v: v <= 1.0),
+    ("worker_rss_mb", "MB", "<= 700", lambda v: v <= 700),
+    ("rss_growth_ratio_vs_graphiti", "x", "<= 0.25", lambda v: v <= 0.25),
+    ("persistent_vs_subprocess_speedup", "x", ">= 10", lambda v: v >= 10),
+    ("plugin_load_ms", "ms", "<= 100", lambda v: v <= 100),
+    ("recall_at_10", "", "> baseline", None),
+    ("recall_at_10_keyword_baseline", "", "reported", None),
+]
+
+
+# ── small helpers ──────────────────────────────────────────────────────────────────────
+def pct(values: list[float], p: float) -> float:
+    """The p-th percentile (nearest rank, as a latency SLO reads it); NaN when empty."""
+    if not values:
+        return float("nan")
+    v = sorted(values)
+    return float(v[min(len(v) - 1, max(0, math.ceil(p / 100 * len(v)) - 1))])
+
+
+def slope_per_100(points: list[tuple[int, float]]) -> float:
+    """Least-squares growth of y per 100 turns over (turns, y) points."""
+    if len(points) < 2:
+        return float("nan")
+    xs, ys = [p[0] for p in points], [p[1] for p in points]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    den = sum((x - mx) ** 2 for x in xs)
+    return 100 * sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / den if den else float("nan")
+
+
+WORD = re.compile(r"\w+")
+
+
+def bm25_ranking(query: str, docs: dict[str, str], k1: float = 1.5, b: float = 0.75) -> list[str]:
+    toks = {d: [w.lower() for w in WORD.findall(t)] for d, t in docs.items()}
+    avg = sum(map(len, toks.values())) / len(toks)
+    df = Counter(w for ws in toks.values() for w in set(ws))
+    n = len(docs)
+    scores = {}
+    for d, ws in toks.items():
+        tf = Counter(ws)
+        s = 0.0
+        for w in (w.lower() for w in WORD.findall(query)):
+            if w in tf:
+                idf = math.log(1 + (n - df[w] + 0.5) / (df[w] + 0.5))
+                s += idf * tf[w] * (k1 + 1) / (tf[w] + k1 * (1 - b + b * len(ws) / avg))
+        scores[d] = s
+    return [d for d, s in sorted(scores.items(), key=lambda x: -x[1]) if s > 0]
+
+
+def load_data(bank_turns: int) -> tuple[list[tuple[str, str, str]], list[tuple[str, str]]]:
+    """The recall data set's turns, extended with numbered small talk up to `bank_turns`."""
+    data = json.loads(DATA_FILE.read_text(encoding="utf-8"))
+    turns = [tuple(t) for t in data["turns"]]
+    filler = [t for t in turns if not any(q[1] == t[0] for q in data["questions"])]
+    i = 0
+    while len(turns) < bank_turns:
+        _, u, a = filler[i % len(filler)]
+        turns.append((f"x{len(turns) + 1:05d}", f"{u} (asked again, round {i // len(filler) + 2})", a))
+        i += 1
+    turns = turns[:bank_turns]
+    ids = {t[0] for t in turns}
+    questions = [(q, a) for q, a in data["questions"] if a in ids]
+    return turns, questions
+
+
+def make_turn(tid: str, user: str, assistant: str, n: int):
+    from memoryplus.worker.records import Turn
+    return Turn(id=tid, user=user, assistant=assistant, time=T0 + timedelta(minutes=10 * n))
+
+
+def wait_ready(client, timeout: float = 120.0) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if client.status().get("state") == "ready":
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"the worker did not start: {client.status()}")
+
+
+def rss_of(client) -> float:
+    return float(client.status().get("rss_mb") or float("nan"))
+
+
+def timed_call(client, op: str, params: dict, timeout: float = 120.0) -> tuple[float, Any]:
+    t = time.perf_counter()
+    out = client.call(op, params, timeout=timeout)
+    return (time.perf_counter() - t) * 1000, out
+
+
+def quiet_logs() -> None:
+    """graphiti logs each query error (e.g. the idempotent FTS index creation) and httpx each
+    request: noise in a benchmark's output."""
+    import logging
+    logging.getLogger("graphiti_core").setLevel(logging.CRITICAL)
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+
+
+def say(text: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
+
+
+# ── the plugin under PyGPT, instrumented ───────────────────────────────────────────────
+class Probe:
+    """Wraps the plugin's handle() (GUI-thread time per turn) and records, per turn, when
+    CTX_BEFORE was dispatched, when its search finished and how long the block took."""
+
+    def __init__(self, plugin):
+        import memoryplus.plugin.plugin as mod
+        from pygpt_net.core.events import Event
+        self.plugin, self.mod, self.Event = plugin, mod, Event
+        self.gui_s = 0.0
+        self.t_before: dict[int, float] = {}
+        self.t_done: dict[int, float] = {}      # id(PendingSearch) → when its results were in
+        self.hit: dict[int, bool] = {}
+        self.records: list[tuple[float, bool]] = []   # (CTX_BEFORE → block ready ms, cache hit)
+        orig_handle, orig_done, orig_inject = plugin.handle, plugin._search_done, plugin._inject
+        orig_build = mod.build_block
+        local = threading.local()
+
+        def handle(event, *a, **kw):
+            main = threading.current_thread() is threading.main_thread()
+            t = time.perf_counter()
+            if event.name == Event.CTX_BEFORE and event.ctx is not None:
+                self.t_before[id(event.ctx)] = t
+            try:
+                return orig_handle(event, *a, **kw)
+            finally:
+                if main:
+                    self.gui_s += time.perf_counter() - t
+                if event.name == Event.CTX_BEFORE and event.ctx is not None:
+                    p = plugin._searches.get(id(event.ctx))
+                    if p is not None and p.done.is_set():
+                        self.hit[id(event.ctx)] = True
+                        self.t_done.setdefault(id(p), time.perf_counter())
+
+        def search_done(pending, future):
+            try:
+                return orig_done(pending, future)
+            finally:
+                self.t_done[id(pending)] = time.perf_counter()
+
+        def build_block(*a, **kw):
+            t = time.perf_counter()
+            try:
+                return orig_build(*a, **kw)
+            finally:
+                local.build = time.perf_counter() - t
+
+        def inject(ctx, prompt):
+            pending = plugin._searches.get(id(ctx)) if ctx is not None else None
+            local.build = None
+            out = orig_inject(ctx, prompt)
+            t0 = self.t_before.pop(id(ctx), None) if ctx is not None else None
+            hit = self.hit.pop(id(ctx), False) if ctx is not None else False
+            done = self.t_done.pop(id(pending), None) if pending is not None else None
+            if t0 is not None and done is not None and local.build is not None:
+                self.records.append(((done - t0 + local.build) * 1000, hit))
+            return out
+
+        plugin.handle = handle
+        plugin._search_done = search_done
+        plugin._inject = inject
+        mod.build_block = build_block
+        self._restore = lambda: setattr(mod, "build_block", orig_build)
+
+    def close(self) -> None:
+        self._restore()
+
+
+def start_plugin(workdir: Path, settings: dict) -> tuple[Any, Any, float]:
+    """PyGPT start-up with MemoryPlus: returns (window, plugin, ms the plugin added)."""
+    from memoryplus.testing.pygpt_host import HostWindow
+    window = HostWindow(workdir)
+    window.core.config.data.setdefault("plugins", {})["memoryplus"] = dict(settings)
+    t = time.perf_counter()
+    from memoryplus.plugin.plugin import Plugin   # importing the plugin is start-up time too
+    plugin = window.register(Plugin())            # construction, registration, setup_ui
+    plugin._ensure_started()                      # what setup_ui's QTimer runs: worker in background
+    load_ms = (time.perf_counter() - t) * 1000
+    return window, plugin, load_ms
+
+
+# ── phases ──────────────────────────────────────────────────────────────────────────────
+def phase_local_ingest(plugin, turns, chunk: int, out: dict, growth: dict) -> None:
+    """Turns handed to the queue as CTX_END hands them, batched as the queue batches; the
+    worker's RSS after every chunk."""
+    rss_points = [(0, rss_of(plugin.client))]
+    busy = 0.0
+    for start in range(0, len(turns), chunk):
+        part = turns[start:start + chunk]
+        t = time.perf_counter()
+        room = plugin.settings.queue_size or 10 ** 9
+        for n, (tid, u, a) in enumerate(part, start):
+            # a sustained stream, never faster than the queue drains: a full queue drops turns
+            while plugin.queue.counts().get("pending", 0) >= room - 1:
+                time.sleep(0.002)
+            if plugin.queue.put(BANK, make_turn(tid, u, a, n)) == "dropped":
+                raise RuntimeError(f"the queue dropped turn {tid}: {plugin.queue.counts()}")
+        if not plugin.queue.flush(timeout=1800):
+            raise RuntimeError(f"ingestion did not finish: {plugin.queue.counts()}")
+        busy += time.perf_counter() - t
+        rss_points.append((start + len(part), rss_of(plugin.client)))
+        say(f"ingested {start + len(part)} turns ({(start + len(part)) / busy:.1f}/s), worker RSS "
+            f"{rss_points[-1][1]:.0f} MB")
+    out["local_ingest_turns_per_s"] = len(turns) / busy
+    stats = plugin.client.call("stats", {"bank": BANK}, timeout=120)
+    out["bank_episodes"] = float(stats.get("episodes", float("nan"))) if isinstance(stats, dict) else float("nan")
+    growth["ours"] = rss_points
+    # growth after the first chunk: the embedder and the bank's first open are start-up, not growth
+    out["worker_rss_growth_mb_per_100_turns"] = slope_per_100(rss_points[1:])
+
+
+def phase_recall(client, turns, questions, out: dict) -> None:
+    docs = {tid: f"User: {u}\nAssistant: {a}" for tid, u, a in turns}
+    ours = base = 0
+    for q, answer in questions:
+        results = client.call("search", {"bank": BANK, "query": q, "limit": 10}, timeout=120)
+        firsts = [r["sources"][0] for r in results if r.get("sources")][:10]
+        ours += answer in firsts
+        base += answer in bm25_ranking(q, docs)[:10]
+    out["recall_at_10"] = ours / len(questions)
+    out["recall_at_10_keyword_baseline"] = base / len(questions)
+    out["recall_questions"] = len(questions)
+
+
+def phase_chat(window, plugin, probe: Probe, questions, n_turns: int, n_cache: int, out: dict) -> None:
+    """Chat turns through PyGPT's events: each a new question (a cache miss), answered and
+    stored as PyGPT would; then repeated questions with no answer (nothing stored, so nothing
+    invalidates the cache) for cache hits."""
+    from memoryplus.testing.pygpt_host import chat_turn
+    gui, inject = [], []
+    qs = [q for q, _ in questions] or ["What do you remember about me?"]
+    for i in range(n_turns):
+        q = qs[i % len(qs)] + ("" if i < len(qs) else f" (again, {i // len(qs)})")
+        probe.gui_s = 0.0
+        seen = len(probe.records)
+        chat_turn(window, q, "Thanks, noted.", ctx_id=100000 + i, previews=5)
+        gui.append(probe.gui_s * 1000)
+        inject += [ms for ms, hit in probe.records[seen:] if not hit]
+    plugin.queue.flush(timeout=600)
+    hits = []
+    for i in range(n_cache):
+        q = qs[i % len(qs)] + " (cache check)"
+        chat_turn(window, q, "", ctx_id=200000 + 2 * i, previews=5)       # fills the cache
+        seen = len(probe.records)
+        chat_turn(window, q, "", ctx_id=200001 + 2 * i, previews=5)       # the same query again
+        hits += [ms for ms, hit in probe.records[seen:] if hit]
+    out["gui_ms_per_turn_p50"] = pct(gui, 50)
+    out["gui_ms_per_turn_p99"] = pct(gui, 99)
+    out["inject_ms_p50"] = pct(inject, 50)
+    out["inject_ms_p95"] = pct(inject, 95)
+    out["inject_measured_turns"] = len(inject)
+    out["cache_hit_ms_p50"] = pct(hits, 50)
+    out["cache_hits_measured"] = len(hits)
+    out["late_turns"] = plugin.counters.get("late", 0)
+
+
+def phase_ours_search(client, queries: list[str], out: dict) -> list[float]:
+    for q in queries:   # warm-up pass, as for the baseline
+        client.call("search", {"bank": BANK, "query": q, "limit": 10}, timeout=120)
+    ms = [timed_call(client, "search", {"bank": BANK, "query": q, "limit": 10})[0] for q in queries]
+    out["search_ms_p50"] = pct(ms, 50)
+    out["search_ms_p95"] = pct(ms, 95)
+    return ms
+
+
+def phase_percall(settings: dict, banks_dir: Path, query: str, n: int, out: dict) -> None:
+    """Per-call mode: one worker process per request (the persistent worker is closed first:
+    Kuzu allows one owner process)."""
+    from memoryplus.config.schema import Settings
+    from memoryplus.worker.client import WorkerClient
+    s = Settings(**{**settings, "engine_mode": "subprocess"})
+    client = WorkerClient(s, banks_dir, mode="subprocess", app="bench")
+    client.start()
+    try:
+        ms = [timed_call(client, "search", {"bank": BANK, "query": query, "limit": 10}, timeout=300)[0]
+              for _ in range(n)]
+    finally:
+        client.close(timeout=30)
+    out["percall_search_ms_p50"] = statistics.median(ms)
+
+
+def phase_graphiti_search(settings: dict, banks_dir: Path, queries: list[str], out: dict) -> None:
+    """graphiti's `search_` in this process, with the configuration and filter our engine
+    hands it, on the same bank, same queries."""
+    from memoryplus.config.schema import Settings
+    from memoryplus.worker.engine import MemoryEngine, clean_query
+
+    async def run():
+        eng = MemoryEngine(Settings(**settings), banks_dir, app="bench")
+        try:
+            bank = await eng._bank(BANK, create=False)
+            cfg, flt = eng._search_config(eng.settings.search_depth), eng._search_filter(None)
+
+            async def one(q):
+                t = time.perf_counter()
+                await bank.graphiti.search_(clean_query(q), config=cfg, group_ids=[bank.slug],
+                                            search_filter=flt)
+                return (time.perf_counter() - t) * 1000
+            for q in queries:
+                await one(q)
+            return [await one(q) for q in queries]
+        finally:
+            await eng.close()
+    ms = asyncio.run(run())
+    out["graphiti_search_ms_p50"] = pct(ms, 50)
+    out["graphiti_search_ms_p95"] = pct(ms, 95)
+
+
+def phase_llm(server, workdir: Path, turns, n_first: int, n_busy: int, n_idle: int, queries, out: dict) -> None:
+    """Our ingestion with LLM extraction (default mode, insights on) through a worker: every
+    call the scripted LLM sees, per ingested turn; and search p95 while such a batch runs."""
+    from memoryplus.config.schema import Settings
+    from memoryplus.worker.client import WorkerClient
+    s = Settings(**llm_settings(server.base_url))
+    client = WorkerClient(s, workdir / "llm-banks", mode="persistent", app="bench-llm")
+    client.start()
+    try:
+        wait_ready(client)
+        first = [make_turn(t, u, a, n).model_dump(mode="json") for n, (t, u, a) in enumerate(turns[:n_first])]
+        c0, tok0 = sum(server.calls.values()), server.input_tokens
+        rep = client.call("ingest", {"bank": "llm", "turns": first}, timeout=1800)
+        calls, toks = sum(server.calls.values()) - c0, server.input_tokens - tok0
+        out["llm_calls_per_turn"] = calls / n_first
+        out["llm_input_tokens_per_turn"] = toks / n_first
+        out["llm_turns_stored"] = len(rep.get("stored", []))
+        out["llm_turns_skipped"] = len(rep.get("skipped", {}))
+        qs = (queries * (1 + n_idle // max(1, len(queries))))[:n_idle]
+        idle = [timed_call(client, "search", {"bank": "llm", "query": q, "limit": 10})[0] for q in qs]
+        busy_turns = [make_turn(t, u, a, n + n_first).model_dump(mode="json")
+                      for n, (t, u, a) in enumerate(turns[n_first:n_first + n_busy])]
+        fut = client.submit("ingest", {"bank": "llm", "turns": busy_turns}, timeout=1800)
+        time.sleep(0.3)     # the batch is under way
+        busy, i = [], 0
+        while not fut.done() or len(busy) < 3:
+            busy.append(timed_call(client, "search", {"bank": "llm", "query": qs[i % len(qs)], "limit": 10})[0])
+            i += 1
+        fut.result()
+        out["search_idle_ms_p95"] = pct(idle, 95)
+        out["search_during_ingest_ms_p95"] = pct(busy, 95)
+        out["search_during_ingest_ratio"] = pct(busy, 95) / pct(idle, 95)
+    finally:
+        client.close(timeout=30)
+
+
+def llm_settings(base_url: str) -> dict:
+    return dict(extraction_engine="llm", llm_provider="openai", override_base_url=base_url,
+                override_api_key="sk-test-aaaaaaaaaaaaaaaaaaaaaaaa", graphiti_model="scripted-llm",
+                embedding_provider="local", engine_mode="persistent")
+
+
+def phase_graphiti_baseline(server, workdir: Path, turns, n_same: int, chunk: int, budget_s: float,
+                            out: dict, growth: dict) -> None:
+    """Stock graphiti: `add_episode` per turn over KuzuDriver's defaults (no recycling, default
+    buffer pool), same scripted LLM at zero latency, in its own process (its RSS is its own)."""
+    latency, server.latency_s = server.latency_s, 0.0
+    args = {"base_url": server.base_url, "db": str(workdir / "graphiti-baseline" / "graph.kuzu"),
+            "turns": turns, "chunk": chunk, "budget_s": budget_s}
+    (workdir / "graphiti-baseline").mkdir(parents=True, exist_ok=True)
+    argfile = workdir / "graphiti-baseline" / "args.json"
+    argfile.write_text(json.dumps(args))
+    env = {**os.environ, "GRAPHITI_TELEMETRY_ENABLED": "false"}
+    proc = subprocess.Popen([sys.executable, "-c", "from memoryplus.cli.bench import _baseline_main; "
+                             "_baseline_main()", str(argfile)], stdout=subprocess.PIPE, env=env, text=True)
+    c0, tok0 = sum(server.calls.values()), server.input_tokens
+    points, calls_same, done = [], None, 0
+    try:
+        for line in proc.stdout:
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                continue
+            done = msg["turn"]
+            if done == n_same and calls_same is None:
+                calls_same = (sum(server.calls.values()) - c0, server.input_tokens - tok0)
+            if "rss_mb" in msg:
+                points.append((done, msg["rss_mb"]))
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        server.latency_s = latency
+    if calls_same is None:
+        raise RuntimeError(f"the graphiti baseline stopped after {done} turns (exit {proc.returncode})")
+    out["graphiti_turns"] = done
+    out["graphiti_llm_calls_per_turn"] = calls_same[0] / n_same
+    out["graphiti_llm_input_tokens_per_turn"] = calls_same[1] / n_same
+    out["graphiti_rss_mb_end"] = points[-1][1] if points else float("nan")
+    out["graphiti_rss_growth_mb_per_100_turns"] = slope_per_100(points[1:])
+    growth["graphiti"] = points
+
+
+def _baseline_main() -> None:
+    args = json.loads(Path(sys.argv[1]).read_text())
+    quiet_logs()
+    asyncio.run(_baseline(args))
+
+
+async def _baseline(a: dict) -> None:
+    import psutil
+    from graphiti_core import Graphiti
+    from graphiti_core.driver.kuzu_driver import KuzuDriver
+    from graphiti_core.nodes import EpisodeType
+
+    from memoryplus.config.schema import Settings
+    from memoryplus.worker.records import Credentials
+    from memoryplus.worker.embedders import LocalEmbedder
+    from memoryplus.worker.providers import OverlapReranker, build_llm
+    from memoryplus.worker.store import ensure_fulltext_indexes
+    proc = psutil.Process()
+
+    def rss():
+        return round(proc.memory_info().rss / 1048576, 1)
+    llm = build_llm(Settings(**llm_settings(a["base_url"])), Credentials())
+    driver = KuzuDriver(db=a["db"])          # graphiti's defaults: buffer pool, no recycling
+    driver._database = ""                    # graphiti 0.31.2 bug: add_episode(group_id=...) reads it
+    await ensure_fulltext_indexes(driver)
+    g = Graphiti(graph_driver=driver, llm_client=llm, embedder=LocalEmbedder(),
+                 cross_encoder=OverlapReranker())
+    await g.embedder.create("warm up")
+    print(json.dumps({"turn": 0, "rss_mb": rss()}), flush=True)
+    start = time.monotonic()
+    for n, (tid, u, asst) in enumerate(a["turns"], 1):
+        turn = make_turn(tid, u, asst, n)
+        await g.add_episode(name=tid, episode_body=turn.body(), source_description="chat turn",
+                            reference_time=turn.time, source=EpisodeType.message, group_id="bench")
+        msg: dict = {"turn": n}
+        over = time.monotonic() - start > a["budget_s"]
+        if n % a["chunk"] == 0 or n == len(a["turns"]) or over:
+            msg["rss_mb"] = rss()
+        print(json.dumps(msg), flush=True)
+        if over:
+            break
+
+
+# ── the run ─────────────────────────────────────────────────────────────────────────────
+def run_bench(mode: str = "quick", json_path: str | os.PathLike | None = None, *,
+              workdir: Path | None = None, stream=sys.stdout) -> dict:
+    if mode not in SIZES:
+        raise ValueError(f"unknown bench mode {mode!r}: smoke, quick or full")
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    os.environ.setdefault("GRAPHITI_TELEMETRY_ENABLED", "false")
+    quiet_logs()
+    z = SIZES[mode]
+    tmp = None
+    if workdir is None:
+        tmp = tempfile.TemporaryDirectory(prefix="memoryplus-bench-")
+        workdir = Path(tmp.name)
+    from memoryplus.testing.scripted_llm import ScriptedLLMServer
+    out: dict[str, Any] = {"mode": mode}
+    growth: dict[str, list] = {}
+    started = time.monotonic()
+    turns, questions = load_data(z["bank_turns"])
+    if z["recall_questions"]:
+        questions = questions[:z["recall_questions"]]
+    queries = [q for q, _ in questions][:z["overhead_queries"]]
+    settings = dict(LOCAL)
+    window = plugin = probe = None
+    server = ScriptedLLMServer(latency_s=z["llm_latency_s"]).start()
+    try:
+        say(f"mode {mode}: {len(turns)} turns, {len(questions)} recall questions, workdir {workdir}")
+        window, plugin, out["plugin_load_ms"] = start_plugin(workdir / "pygpt", settings)
+        wait_ready(plugin.client)
+        probe = Probe(plugin)
+        banks_dir = plugin.banks_dir()
+        phase_local_ingest(plugin, turns, z["chunk"], out, growth)
+        say("recall")
+        phase_recall(plugin.client, turns, questions, out)
+        say("chat turns through PyGPT's events")
+        phase_chat(window, plugin, probe, questions, z["chat_turns"], z["cache_turns"], out)
+        out["worker_rss_mb"] = rss_of(plugin.client)
+        say("search timing (persistent worker)")
+        ours = phase_ours_search(plugin.client, queries, out)
+        probe.close()
+        plugin.destroy()
+        plugin = None
+        say("search timing (per-call worker)")
+        phase_percall(settings, banks_dir, queries[0], z["percall_searches"], out)
+        out["persistent_vs_subprocess_speedup"] = out["percall_search_ms_p50"] / statistics.median(ours)
+        say("graphiti search_ in-process")
+        phase_graphiti_search(settings, banks_dir, queries, out)
+        out["search_overhead_ratio"] = out["search_ms_p50"] / out["graphiti_search_ms_p50"]
+        say(f"LLM extraction at {z['llm_latency_s'] * 1000:.0f} ms per call")
+        phase_llm(server, workdir, turns, z["llm_turns"], z["llm_busy_turns"], z["idle_searches"],
+                  queries, out)
+        say("stock graphiti baseline (zero LLM latency)")
+        phase_graphiti_baseline(server, workdir, turns[:min(500, z["baseline_turns"])], z["llm_turns"],
+                                z["baseline_chunk"], z["baseline_budget_s"], out, growth)
+        out["llm_calls_ratio_vs_graphiti"] = out["llm_calls_per_turn"] / out["graphiti_llm_calls_per_turn"]
+        g = out["graphiti_rss_growth_mb_per_100_turns"]
+        out["rss_growth_ratio_vs_graphiti"] = out["worker_rss_growth_mb_per_100_turns"] / g if g else float("nan")
+    finally:
+        if probe is not None:
+            probe.close()
+        if plugin is not None:
+            plugin.destroy()
+        server.stop()
+        if tmp is not None:
+            tmp.cleanup()
+    out["seconds"] = time.monotonic() - started
+    out["rss_points_ours"] = [list(p) for p in growth.get("ours", [])]
+    out["rss_points_graphiti"] = [list(p) for p in growth.get("graphiti", [])]
+    print_table(out, stream)
+    if json_path:
+        Path(json_path).write_text(json.dumps(out, indent=2, default=float) + "\n", encoding="utf-8")
+    return out
+
+
+def print_table(out: dict, stream=sys.stdout) -> None:
+    print(f"\nMemoryPlus bench ({out['mode']}, {out.get('seconds', 0):.0f} s)", file=stream)
+    print(f"{'key':34} {'value':>12} {'unit':8} {'target':12} holds", file=stream)
+    for key, unit, target, ok in TARGETS:
+        v = out.get(key, float("nan"))
+        if key == "recall_at_10":
+            holds = v > out.get("recall_at_10_keyword_baseline", float("inf"))
+        else:
+            holds = ok(v) if ok and not math.isnan(v) else None
+        mark = "" if holds is None else ("yes" if holds else "NO")
+        print(f"{key:34} {v:12.3f} {unit:8} {target:12} {mark}", file=stream)
+    extra = [k for k, v in out.items() if isinstance(v, (int, float)) and k not in {t[0] for t in TARGETS}
+             and k != "seconds"]
+    if extra:
+        print("context: " + ", ".join(f"{k}={out[k]:.3g}" for k in extra), file=stream)
+    stream.flush()
