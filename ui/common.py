@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from PySide6.QtCore import QObject, Qt, Signal, Slot
+from PySide6.QtGui import QPainter
+from PySide6.QtWidgets import QLabel, QSizePolicy
 
 log = logging.getLogger("memoryplus.ui")
 
@@ -104,6 +106,26 @@ class Memory:
         return elide(self.text or self.name, n)
 
 
+class ElidedLabel(QLabel):
+    """One line that never widens its window: cut with “…” to the space it has (whole in the
+    tooltip). `text()` is the whole text."""
+
+    def __init__(self, text: str = ""):
+        super().__init__(text)
+        self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.setMinimumWidth(80)
+
+    def setText(self, text: str) -> None:
+        super().setText(text)
+        self.setToolTip(text)
+
+    def paintEvent(self, event) -> None:
+        p = QPainter(self)
+        p.setPen(self.palette().windowText().color())
+        shown = self.fontMetrics().elidedText(self.text(), Qt.TextElideMode.ElideRight, self.contentsRect().width())
+        p.drawText(self.contentsRect(), int(self.alignment() | Qt.AlignmentFlag.AlignVCenter), shown)
+
+
 # ── formatting ────────────────────────────────────────────────────────────────────────────
 def parse_time(value: Any) -> datetime | None:
     if value in (None, ""):
@@ -138,7 +160,37 @@ def validity(valid_at: Any, invalid_at: Any, current: bool | None = None) -> str
 
 
 def fmt_tags(tags: list[str] | None) -> str:
-    return ", ".join(tags or [])
+    """'topic: health, family · emotion: amused' (tags grouped by their prefix)."""
+    groups: dict[str, list[str]] = {}
+    for tag in tags or []:
+        kind, sep, name = str(tag).partition(":")
+        groups.setdefault(kind if sep else "", []).append(name if sep else kind)
+    return " · ".join(f"{k}: {', '.join(v)}" if k else ", ".join(v) for k, v in groups.items())
+
+
+KIND_LABELS = {"episode": "turn", "fact": "fact", "entity": "entity"}
+
+
+def kind_label(kind: str) -> str:
+    """What a person calls a result's kind: an episode is a conversation turn."""
+    return KIND_LABELS.get(kind, kind)
+
+
+def plural(n: int, word: str, words: str | None = None) -> str:
+    return f"{n:,} {word if n == 1 else (words or word + 's')}"
+
+
+def result_validity(r: dict, as_of: datetime | None = None) -> str:
+    """A search result's validity window, worded for its kind (and for a time-travel search)."""
+    kind = r.get("kind")
+    if kind == "episode":
+        return f"said on {fmt_date(r.get('valid_at'))}"
+    if kind == "entity":
+        return f"known since {fmt_date(r.get('valid_at'))}"
+    end = parse_time(r.get("invalid_at"))
+    if as_of is not None and end is not None and end > as_of:
+        return f"true then; superseded {fmt_date(end)}"
+    return validity(r.get("valid_at"), r.get("invalid_at"))
 
 
 def one_line(text: str) -> str:
@@ -153,6 +205,22 @@ def elide(text: str, n: int) -> str:
 def printable(text: str) -> str:
     """Control characters (a bank name may hold any) shown as escapes."""
     return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in str(text))
+
+
+def fmt_source(caller_id: str) -> str:
+    """A turn's caller id for people: 'chat 3, msg 17' for PyGPT's, 'typed in' for Remember."""
+    cid = str(caller_id or "")
+    if cid.startswith("pygpt:"):
+        parts = cid.split(":")
+        if len(parts) == 3:
+            return f"chat {parts[1]}, msg {parts[2]}"
+    if cid.startswith("remember:"):
+        return "typed in"
+    return cid
+
+
+def fmt_sources(ids: list[str] | None) -> str:
+    return "; ".join(fmt_source(s) for s in ids or [])
 
 
 def fmt_duration(seconds: float | None) -> str:
