@@ -17,8 +17,11 @@ GRAVITY = 0.01
 
 def layout(nodes: list[Node], edges: list[tuple[Node, Node]], sizes: dict[Node, tuple[float, float]],
            *, start: dict[Node, tuple[float, float]] | None = None, spacing: float = 190.0,
-           iterations: int = 250, seed: int = 7, margin: float = 18.0) -> dict[Node, tuple[float, float]]:
-    """Centre positions for `nodes`; `sizes` are the node boxes (width, height)."""
+           iterations: int = 250, seed: int = 7, margin: float = 18.0,
+           aspect: float | None = None) -> dict[Node, tuple[float, float]]:
+    """Centre positions for `nodes`; `sizes` are the node boxes (width, height). `aspect`
+    (width / height of the view) stretches the picture to the view's shape, so that it fills
+    the view instead of overflowing it in one direction."""
     n = len(nodes)
     if n == 0:
         return {}
@@ -55,6 +58,13 @@ def layout(nodes: list[Node], edges: list[tuple[Node, Node]], sizes: dict[Node, 
     if n > 1:
         pos = _force(pos, pairs, spacing, iterations, rng)
     box = np.array([sizes.get(node, (100.0, 30.0)) for node in nodes], dtype=float)
+    if aspect and n > 2:
+        w = np.ptp(pos[:, 0]) + box[:, 0].mean()
+        h = np.ptp(pos[:, 1]) + box[:, 1].mean()
+        if w > 0 and h > 0:
+            fx = math.sqrt(aspect * h / w)
+            pos[:, 0] *= fx
+            pos[:, 1] /= fx
     pos = _separate(pos, box, margin)
     pos -= pos.mean(axis=0)
     return {node: (float(pos[i, 0]), float(pos[i, 1])) for node, i in index.items()}
