@@ -459,7 +459,10 @@ class WorkerServer:
         key = (conn.key, msg.id)
         entered = False
         try:
-            params = spec.params.model_validate(msg.params)
+            try:
+                params = spec.params.model_validate(msg.params)
+            except ValidationError as exc:
+                raise _BadParams(exc) from None
             if spec.lane != "control" or spec.exclusive:
                 await self.gate.enter(spec.exclusive)
                 entered = True
@@ -467,7 +470,10 @@ class WorkerServer:
             resp = P.Response(id=msg.id, ok=True, result=P.to_jsonable(result))
         except asyncio.CancelledError:
             resp = P.error_response(msg.id, "the request was cancelled", "Cancelled")
-        except ValidationError as exc:
+        except _BadParams as bad:
+            # Only the request's own parameters: a provider's malformed answer failing graphiti's
+            # models is an engine error, reported as such below.
+            exc = bad.error
             first = exc.errors()[0] if exc.errors() else {}
             where = ".".join(str(x) for x in first.get("loc", ()))
             resp = P.error_response(msg.id, redact.redact(
@@ -611,6 +617,12 @@ class WorkerServer:
             reason = self._recycle_reason()
             if reason:
                 self.begin_stop(reason, recycle=True)
+
+
+class _BadParams(Exception):
+    def __init__(self, error: ValidationError):
+        super().__init__(str(error))
+        self.error = error
 
 
 def _rss_mb() -> float:

@@ -106,6 +106,11 @@ def open_kuzu(bank_dir: Path, bank_name: str, *, buffer_pool_mb: int, app: str) 
                          f"export, or clear the bank") from None
     # graphiti 0.31.2 bug 1: add_episode(group_id=...) reads driver._database.
     driver._database = ""  # type: ignore[attr-defined]
+    for path in bank_dir.glob("graph.kuzu*"):   # Kuzu creates its files 0644
+        try:
+            os.chmod(path, 0o600)
+        except OSError:
+            pass
     _write_owner(bank_dir, app)
     return driver
 

@@ -1,0 +1,659 @@
+"""`memoryplus chaos`: the real plugin, real worker and real Kuzu under injected faults.
+
+Drives N chat turns across several presets through the real PyGPT registry and dispatcher
+(testing/pygpt_host.py) with LLM extraction against the scripted LLM server, injecting at
+random (seeded) every kind of fault at least once:
+
+- the LLM answering 429 (Retry-After), 500, timeouts, garbage JSON and <think> noise;
+- the worker SIGKILLed mid-ingest and mid-search (the pid from client.status());
+- PyGPT "quitting" with a full queue and restarting on the same workdir (spool replay);
+- a bank locked by another process for a while (a read-only Kuzu open in a child process);
+- spool writes failing for a while: an I/O fault hook patched into *this process only*
+  (``memoryplus.plugin.queue._write_all`` raises EIO), so that neither plugin/queue.py nor
+  the worker needed an edit; the worker's store layer has no such hook (see the report);
+- settings changed mid-run; turns forgotten with /forget_that and with forget-by-id.
+
+At the end it stops the faults, retries the failed turns, flushes, exports every bank and
+checks its own record of every turn against the exports. Nothing is mocked in the path
+from the dispatcher to Kuzu.
+"""
+from __future__ import annotations
+
+import errno
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+PRESETS = ["alpha", "beta", "gamma-Ω"]
+FAULT_KEYS = ["llm_429", "llm_500", "llm_timeout", "llm_garbage", "worker_kill", "app_restart",
+              "bank_locked", "write_error", "settings_change", "forget"]
+SUBJECTS = ["Berlin", "Lisbon", "Acme", "Apollo", "Okafor", "Siemens", "Munich", "Falcon", "Miso"]
+
+
+class _TurnRec:
+    __slots__ = ("i", "bank", "turn_id", "marker", "forgotten")
+
+    def __init__(self, i: int, bank: str, turn_id: str, marker: str):
+        self.i, self.bank, self.turn_id, self.marker = i, bank, turn_id, marker
+        self.forgotten = False
+
+
+class _WriteFault:
+    """The I/O fault hook: while on, every spool write of this process fails with EIO."""
+
+    def __init__(self):
+        from memoryplus.plugin import queue as qmod
+        self.qmod = qmod
+        self.original = qmod._write_all
+        self.until = 0.0
+        self.hits = 0
+
+    def install(self) -> None:
+        def faulty(fd: int, data: bytes) -> None:
+            if time.monotonic() < self.until:
+                self.hits += 1
+                raise OSError(errno.EIO, "injected I/O error (chaos)")
+            self.original(fd, data)
+        self.qmod._write_all = faulty
+
+    def uninstall(self) -> None:
+        self.qmod._write_all = self.original
+
+
+class Chaos:
+    def __init__(self, turns: int, seed: int, workdir: Path, log=print):
+        self.n = turns
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.workdir = workdir
+        self.log = log
+        self.records: list[_TurnRec] = []
+        self.by_id: dict[tuple[str, str], _TurnRec] = {}
+        self.faults = {k: 0 for k in FAULT_KEYS}
+        self.faults["llm_think"] = 0
+        self.kill_where = {"ingest": 0, "search": 0}
+        self.dropped: set[tuple[str, str]] = set()
+        self.skipped: dict[tuple[str, str], str] = {}   # skipped by the memory mode (gate, prune)
+        self.texts: list[str] = []          # statuses, alerts, errors, exception texts seen
+        self.cmdlines: list[str] = []
+        self.cross_bank_leaks = 0
+        self.ctx_id = 0
+        self.restarts = 0
+        token = "".join(self.rng.choice("abcdefghijklmnopqrstuvwxyz0123456789") for _ in range(32))
+        self.api_key = f"sk-chaosfake-{token}"
+        self.neo4j_password = f"neo4jPw-{token[::-1]}"
+        self.settings: dict[str, Any] = {}
+        self.window = None
+        self.plugin = None
+        self.server = None
+        self.write_fault = _WriteFault()
+        self.worker_pids: set[int] = set()
+        self.kill_times: list[float] = []
+        self.events: list[tuple[int, str]] = []
+
+    # ── plumbing ──────────────────────────────────────────────────────────────────────
+    def _start_app(self) -> None:
+        from memoryplus.plugin.plugin import Plugin
+        from memoryplus.testing.pygpt_host import HostWindow
+        self.window = HostWindow(self.workdir / "pygpt")
+        stored = self.window.core.config.data.setdefault("plugins", {}).setdefault("memoryplus", {})
+        stored.update(self.settings)
+        plugin = Plugin()
+        sink = plugin._ingest_batch
+
+        def recording_sink(bank, turns):   # notes the turns the memory mode's gate skips
+            report = sink(bank, turns)
+            for tid, why in report.skipped.items():
+                self.skipped[(bank, tid)] = why
+            return report
+        plugin._ingest_batch = recording_sink      # the queue calls this instance attribute
+        self.plugin = self.window.register(plugin)
+        self.plugin._ensure_started()
+        self._wait_worker()
+
+    def _wait_worker(self, timeout: float = 60.0) -> None:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            st = self.plugin.client.status()
+            if st.get("pid"):
+                self.worker_pids.add(st["pid"])
+                self._note_cmdline(st["pid"])
+                return
+            self.window.process_events(0.05)
+
+    def _note_cmdline(self, pid: int) -> None:
+        try:
+            self.cmdlines.append(Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+                                 .decode("utf-8", "replace"))
+        except OSError:
+            pass
+        try:
+            import psutil
+            for child in psutil.Process().children(recursive=True):
+                try:
+                    self.cmdlines.append(" ".join(child.cmdline()))
+                except psutil.Error:
+                    pass
+        except Exception:
+            pass
+
+    def _collect_texts(self) -> None:
+        if self.window is not None:
+            self.texts.extend(self.window.statuses)
+            self.texts.extend(self.window.alerts)
+            self.window.statuses.clear()
+            self.window.alerts.clear()
+        if self.plugin is not None:
+            self.texts.append(self.plugin.last_error or "")
+            if self.plugin.client is not None:
+                self.texts.append(json.dumps(self.plugin.client.status(), default=str))
+            if self.plugin.queue is not None:
+                self.texts.extend(self.plugin.queue.problems)
+                self.texts.extend(f.error for f in self.plugin.queue.failed())
+                self.texts.extend(d.reason for d in self.plugin.queue.dropped())
+
+    def _note_drops(self) -> None:
+        if self.plugin is not None and self.plugin.queue is not None:
+            for d in self.plugin.queue.dropped():
+                self.dropped.add((d.bank, d.turn_id))
+
+    def _stop_app(self) -> None:
+        self._note_drops()
+        self._collect_texts()
+        self.plugin.destroy()
+        self.window.process_events(0.05)
+        self.plugin = None
+        self.window = None
+
+    def _bank(self, preset: str) -> str:
+        from memoryplus.plugin import host
+
+        class _M:
+            pass
+        ctx, meta = _M(), _M()
+        meta.preset = preset
+        ctx.meta = meta
+        return host.bank_for(ctx, self.plugin.settings)
+
+    def _pid(self) -> int | None:
+        st = self.plugin.client.status()
+        pid = st.get("pid")
+        if pid:
+            self.worker_pids.add(pid)
+        return pid
+
+    # ── one turn ──────────────────────────────────────────────────────────────────────
+    def _turn(self, preset: str | None = None) -> _TurnRec:
+        from memoryplus.plugin.memory_block import TAG
+        from memoryplus.testing.pygpt_host import chat_turn
+        preset = preset or self.rng.choice(PRESETS)
+        i = len(self.records)
+        self.ctx_id += 1
+        marker = f"mk{self.seed}x{i:05d}q"
+        subject = self.rng.choice(SUBJECTS)
+        text = f"Note {marker}: I met {subject} about topic {marker} today."
+        self.window.core.config.set("preset", preset)
+        bank = self._bank(preset)
+        rec = _TurnRec(i, bank, f"pygpt:1:{self.ctx_id}", marker)
+        self.records.append(rec)
+        self.by_id[(bank, rec.turn_id)] = rec
+        prompt = chat_turn(self.window, text, f"Noted {subject}.", preset=preset, meta_id=1,
+                           ctx_id=self.ctx_id, previews=1)
+        if prompt and TAG in prompt:   # the injected block must hold this bank's turns only
+            for other in self.records:
+                if other.bank != bank and other.marker in prompt:
+                    self.cross_bank_leaks += 1
+        return rec
+
+    # ── faults ────────────────────────────────────────────────────────────────────────
+    def _llm_fault(self, kind: str) -> None:
+        key = {"429": "llm_429", "500": "llm_500", "timeout": "llm_timeout", "garbage": "llm_garbage",
+               "think": "llm_think"}[kind]
+        self.server.inject(kind, count=self.rng.randint(1, 3), retry_after=1)
+        self.faults[key] += 1
+
+    def _kill(self, where: str) -> None:
+        # The client stops restarting a worker that died 3 times within 60 s (a crash loop,
+        # by design); chaos kills are spaced so that they test recovery, not that breaker.
+        now = time.monotonic()
+        if len([t for t in self.kill_times if now - t < 62]) >= 2:
+            self.events.append((len(self.records), f"kill_{where} skipped (breaker spacing)"))
+            return
+        self.kill_times.append(now)
+        if where == "ingest":
+            self._turn()
+            end = time.monotonic() + 5
+            while time.monotonic() < end and not self.plugin.queue.in_flight_ids():
+                self.window.process_events(0.01)
+        pid = self._pid()
+        if not pid:
+            return
+        if where == "search":   # one kill (a second would count as another death of the worker)
+            fut = self.plugin.client.submit("search", {"bank": self._bank(PRESETS[0]), "query": "topic",
+                                                       "limit": 5}, timeout=30)
+            time.sleep(0.005)
+            _kill_pid(pid)
+            try:
+                fut.result(timeout=60)
+            except Exception as exc:
+                self.texts.append(f"{type(exc).__name__}: {exc}")
+        else:
+            _kill_pid(pid)
+        self.faults["worker_kill"] += 1
+        self.kill_where[where] += 1
+        self.window.process_events(0.2)
+
+    def _restart(self, lock_bank: bool) -> None:
+        """PyGPT quits with a full queue and starts again on the same workdir."""
+        self.plugin.queue.pause("chaos: PyGPT about to quit")
+        for _ in range(self.rng.randint(3, 6)):
+            self._turn()
+        lock_target = None
+        banks_dir = self.plugin.banks_dir()
+        if lock_bank:   # a bank already on disk (turns may still be queued), else nothing to lock
+            from memoryplus.worker.banks import BankDirectory
+            bd = BankDirectory(banks_dir, "kuzu")
+            used = [b for b in sorted({r.bank for r in self.records}) if (bd.path(b) / "graph.kuzu").exists()]
+            lock_target = self.rng.choice(used) if used else None
+            if lock_target is None:
+                self.events.append((len(self.records), "no bank on disk yet to lock"))
+        self._stop_app()
+        locker = None
+        if lock_target is not None:
+            locker = self._lock_bank(banks_dir, lock_target)
+        self._start_app()
+        self.restarts += 1
+        self.faults["app_restart"] += 1
+        if locker is not None:
+            # a few more turns while the bank is held; they must fail retryably and be stored later
+            for _ in range(2):
+                self._turn()
+            self.window.process_events(0.5)
+            try:
+                locker.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                locker.kill()
+                locker.wait()
+
+    def _lock_bank(self, banks_dir: Path, bank: str) -> subprocess.Popen | None:
+        from memoryplus.worker.banks import BankDirectory
+        path = BankDirectory(banks_dir, "kuzu").path(bank) / "graph.kuzu"
+        if not path.exists():
+            return None
+        code = ("import kuzu, sys, time\n"
+                "db = kuzu.Database(sys.argv[1], read_only=True)\n"
+                "conn = kuzu.Connection(db)\n"
+                "print('locked', flush=True)\n"
+                "time.sleep(float(sys.argv[2]))\n")
+        proc = subprocess.Popen([sys.executable, "-c", code, str(path), "3"], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        line = proc.stdout.readline()
+        if "locked" in line:
+            self.faults["bank_locked"] += 1
+        else:
+            proc.wait(timeout=30)
+            self.events.append((len(self.records), f"bank lock failed: {proc.stderr.read()[-300:]}"))
+        return proc
+
+    def _write_error(self) -> None:
+        self.write_fault.until = time.monotonic() + self.rng.uniform(0.5, 1.5)
+        self.faults["write_error"] += 1
+        for _ in range(2):
+            self._turn()
+
+    def _settings_change(self) -> None:
+        from memoryplus.config.schema import MEMORY_MODES
+        change = self.rng.choice([
+            {"batch_size": self.rng.randint(1, 8)},
+            {"batch_delay_ms": self.rng.choice([0, 50, 200])},
+            {"search_cache": self.rng.choice([True, False])},
+            {"context_limit": self.rng.randint(3, 12)},
+            {"memory_mode": self.rng.choice([m for m in MEMORY_MODES if m != "CustomPrompt"])},
+            {"retry_backoff_ms": self.rng.choice([100, 300])},
+        ])
+        self.settings.update(change)
+        self.events.append((len(self.records), f"settings {change}"))
+        self.window.save_options(self.plugin, **change)
+        self.faults["settings_change"] += 1
+
+    def _forget(self) -> None:
+        use_command = self.rng.random() < 0.5
+        if use_command:
+            rec = self._turn()
+            seen = len(self.window.alerts) + len(self.window.statuses)
+            from memoryplus.testing.pygpt_host import chat_turn
+            self.window.core.config.set("preset", next(p for p in PRESETS if self._bank(p) == rec.bank))
+            chat_turn(self.window, "/forget_that", "unused")
+            end = time.monotonic() + 90
+            answer = ""
+            while time.monotonic() < end:
+                texts = (self.window.alerts + self.window.statuses)[seen:]
+                answer = next((t for t in texts if t.startswith(("Forg", "That turn", "Could not",
+                                                                 "Nothing to forget"))), "")
+                if answer:
+                    break
+                self.window.process_events(0.05)
+            if answer.startswith(("Forgot", "Forgotten")):
+                rec.forgotten = True
+            else:
+                self.texts.append(f"forget_that answered: {answer!r}")
+        else:
+            candidates = [r for r in self.records if not r.forgotten]
+            if not candidates:
+                return
+            rec = self.rng.choice(candidates)
+            from memoryplus.worker.banks import episode_uuid, slug
+            self.plugin.queue.flush(timeout=120)
+            try:
+                self.plugin.client.call("forget", {"bank": rec.bank,
+                                                   "ids": [episode_uuid(slug(rec.bank), rec.turn_id)]},
+                                        timeout=60)
+                if self.plugin.cache is not None:
+                    self.plugin.cache.invalidate(rec.bank)
+                # forgotten in the bank; a failed copy of it must not come back either
+                self.plugin.queue.remove(rec.bank, rec.turn_id)
+                rec.forgotten = True
+            except Exception as exc:
+                self.texts.append(f"{type(exc).__name__}: {exc}")
+        if rec.forgotten:
+            self.faults["forget"] += 1
+
+    def _search_check(self) -> None:
+        """A search in one bank for another bank's marker must return nothing of theirs."""
+        if len(self.records) < 2:
+            return
+        other = self.rng.choice(self.records)
+        bank = self._bank(self.rng.choice(PRESETS))
+        try:
+            results = self.plugin.client.call("search", {"bank": bank, "query": other.marker, "limit": 10},
+                                              timeout=60)
+        except Exception as exc:
+            self.texts.append(f"{type(exc).__name__}: {exc}")
+            return
+        self._count_leaks(bank, results)
+
+    def _count_leaks(self, bank: str, results: list[dict]) -> None:
+        for r in results:
+            for src in r.get("sources") or []:
+                owners = {b for (b, tid) in self.by_id if tid == src}
+                if owners and bank not in owners:
+                    self.cross_bank_leaks += 1
+
+    # ── the run ───────────────────────────────────────────────────────────────────────
+    def _schedule(self) -> dict[int, list[str]]:
+        kinds = ["429", "500", "timeout", "garbage", "think", "kill_ingest", "kill_search", "restart",
+                 "restart_locked", "write_error", "settings", "forget_cmd", "forget_id"]
+        span = max(1, int(self.n * 0.5))
+        plan: dict[int, list[str]] = {}
+        for k in kinds:          # every kind once, in the first half of the run
+            plan.setdefault(self.rng.randrange(span), []).append(k)
+        span = max(1, int(self.n * 0.8))
+        # further faults at random, about one turn in eight
+        extra = ["429", "500", "timeout", "garbage", "think", "kill_ingest", "kill_search", "write_error",
+                 "settings", "forget_cmd", "forget_id", "restart"]
+        for t in range(span):
+            if self.rng.random() < 0.125:
+                plan.setdefault(t, []).append(self.rng.choice(extra))
+        return plan
+
+    def run(self) -> dict:
+        from memoryplus.testing.scripted_llm import ScriptedLLMServer
+        from memoryplus.worker import redact
+        t0 = time.monotonic()
+        self.server = ScriptedLLMServer(latency_s=0.005, timeout_hold_s=1.0).start()
+        self.settings = {
+            "extraction_engine": "llm", "llm_provider": "openai", "override_base_url": self.server.base_url,
+            "override_api_key": self.api_key, "neo4j_password": self.neo4j_password,
+            "graphiti_model": "scripted-llm", "embedding_provider": "local", "engine_mode": "persistent",
+            "batch_delay_ms": 0, "retry_attempts": 3, "retry_backoff_ms": 100, "queue_size": 200,
+        }
+        redact.register(self.api_key, self.neo4j_password)
+        self.write_fault.install()
+        exceptions: list[str] = []
+        try:
+            self._start_app()
+            plan = self._schedule()
+            while len(self.records) < self.n:
+                step = len(self.records)
+                due = [k for t in sorted(plan) if t <= step for k in plan.pop(t)]
+                for kind in due:    # faults that send turns themselves may jump a few steps
+                    self.events.append((len(self.records), kind))
+                    try:
+                        self._fault(kind)
+                    except Exception as exc:
+                        exceptions.append(f"fault {kind}: {type(exc).__name__}: {exc}")
+                if len(self.records) >= self.n:
+                    break
+                self._turn()
+                if self.rng.random() < 0.1:
+                    self._search_check()
+                if step % 20 == 19:
+                    self.log(f"chaos: {len(self.records)}/{self.n} turns, {self.plugin.queue.counts()}")
+                    self._collect_texts()
+            result = self._finish(exceptions)
+        finally:
+            self.write_fault.uninstall()
+            if self.plugin is not None:
+                try:
+                    self._stop_app()
+                except Exception as exc:
+                    exceptions.append(f"stop: {type(exc).__name__}: {exc}")
+            self.server.stop()
+        result["orphan_processes"] = self._orphans()
+        result["secret_leaks"] = self._secret_leaks(exceptions)
+        result["exceptions"] = exceptions
+        result["seconds"] = round(time.monotonic() - t0, 1)
+        return result
+
+    def _fault(self, kind: str) -> None:
+        if kind in ("429", "500", "timeout", "garbage", "think"):
+            self._llm_fault(kind)
+        elif kind == "kill_ingest":
+            self._kill("ingest")
+        elif kind == "kill_search":
+            self._kill("search")
+        elif kind == "restart":
+            self._restart(lock_bank=False)
+        elif kind == "restart_locked":
+            self._restart(lock_bank=True)
+        elif kind == "write_error":
+            self._write_error()
+        elif kind == "settings":
+            self._settings_change()
+        elif kind == "forget_cmd" or kind == "forget_id":
+            self._forget()
+
+    def _finish(self, exceptions: list[str]) -> dict:
+        """Faults off, retry the failed once, flush, export and account for every turn."""
+        from memoryplus.worker.banks import episode_uuid, slug
+        self.server.clear_faults()
+        self.write_fault.until = 0.0
+        q = self.plugin.queue
+        q.resume()
+        if self.plugin.client.status().get("state") == "broken":   # the user's "Restart worker"
+            self.events.append((len(self.records), "worker restarted by hand (breaker open)"))
+            self.plugin.client.restart().result(timeout=120)
+        end = time.monotonic() + 600
+        while time.monotonic() < end:        # let the running retries finish first
+            if q.flush(timeout=5):
+                c = q.counts()
+                if not c.get("in_flight"):
+                    break
+            self.window.process_events(0.05)
+        q.retry_failed()
+        if not q.flush(timeout=300):
+            exceptions.append(f"final flush timed out: {q.counts()}")
+        self.window.process_events(0.1)
+        self._note_drops()
+        failed = {(f.bank, f.turn_id) for f in q.failed()}
+        exports: dict[str, list[dict]] = {}
+        for bank in sorted({r.bank for r in self.records}):
+            try:
+                exports[bank] = self.plugin.client.call("export", {"bank": bank}, timeout=120)
+            except Exception as exc:
+                exceptions.append(f"export {bank}: {type(exc).__name__}: {exc}")
+                exports[bank] = []
+        stored = lost = duplicated = unforgotten = 0
+        dropped = failed_final = skipped = 0
+        for bank, records in exports.items():
+            ep_count: dict[str, int] = {}
+            for r in records:
+                if r.get("type") == "episode":
+                    ep_count[r["uuid"]] = ep_count.get(r["uuid"], 0) + 1
+            texts = json.dumps([r for r in records if r.get("type") != "bank"], ensure_ascii=False)
+            fact_eps = {e for r in records if r.get("type") == "fact" for e in (r.get("episodes") or [])}
+            for rec in (r for r in self.records if r.bank == bank):
+                uid = episode_uuid(slug(bank), rec.turn_id)
+                n = ep_count.get(uid, 0)
+                if rec.forgotten:
+                    if n or uid in fact_eps or rec.marker in texts:
+                        unforgotten += 1
+                    continue
+                if n > 1:
+                    duplicated += n - 1
+                # the same text under another id counts as a duplicate too
+                copies = sum(1 for r in records if r.get("type") == "episode"
+                             and rec.marker in (r.get("content") or "") and r["uuid"] != uid)
+                duplicated += copies
+                if n:
+                    stored += 1
+                elif (bank, rec.turn_id) in self.dropped:
+                    dropped += 1
+                elif (bank, rec.turn_id) in self.skipped:
+                    skipped += 1
+                else:
+                    lost += 1
+                    if (bank, rec.turn_id) in failed:
+                        failed_final += 1
+        # forgotten turns are not found by search either; nor another bank's turns
+        for rec in [r for r in self.records if r.forgotten]:
+            try:
+                results = self.plugin.client.call("search", {"bank": rec.bank, "query": rec.marker, "limit": 10},
+                                                  timeout=60)
+                if any(rec.turn_id in (x.get("sources") or []) for x in results):
+                    unforgotten += 1
+            except Exception as exc:
+                exceptions.append(f"search: {type(exc).__name__}: {exc}")
+        for bank in exports:
+            probe = self.rng.sample(self.records, min(10, len(self.records)))
+            for rec in probe:
+                try:
+                    results = self.plugin.client.call("search", {"bank": bank, "query": rec.marker, "limit": 10},
+                                                      timeout=60)
+                    self._count_leaks(bank, results)
+                except Exception as exc:
+                    exceptions.append(f"search: {type(exc).__name__}: {exc}")
+        st = self.plugin.client.status()
+        return {
+            "seed": self.seed, "turns": len(self.records), "stored": stored, "dropped_by_policy": dropped,
+            "failed_final": failed_final, "skipped_by_mode": skipped, "lost": lost, "duplicated": duplicated,
+            "cross_bank_leaks": self.cross_bank_leaks, "unforgotten": unforgotten,
+            "forgotten": sum(1 for r in self.records if r.forgotten),
+            "faults": dict(self.faults), "worker_kills": dict(self.kill_where),
+            "llm_faults_applied": {k: int(v) for k, v in self.server.faults_applied.items()},
+            "spool_write_errors_injected": self.write_fault.hits,
+            "worker_restarts": st.get("restarts"), "worker_rss_mb": st.get("rss_mb"),
+            "events": [f"turn {t}: {e}" for t, e in self.events],
+        }
+
+    def _orphans(self) -> int:
+        time.sleep(0.5)
+        n = 0
+        try:
+            import psutil
+            for child in psutil.Process().children(recursive=True):
+                if child.is_running() and child.status() != psutil.STATUS_ZOMBIE:
+                    n += 1
+        except Exception:
+            pass
+        for pid in self.worker_pids:
+            try:
+                os.kill(pid, 0)
+                if Path(f"/proc/{pid}/status").read_text().find("zombie") < 0:
+                    n += 1
+            except OSError:
+                pass
+        # a lock left behind: the worker lock of the data dir must be free
+        try:
+            import fcntl
+
+            from memoryplus.worker import protocol as P
+            lock = self.workdir / "pygpt" / "memoryplus" / P.WORKER_LOCK
+            if lock.exists():
+                fd = os.open(lock, os.O_RDWR)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError:
+                    n += 1
+                finally:
+                    os.close(fd)
+        except Exception:
+            pass
+        return n
+
+    def _secret_leaks(self, exceptions: list[str]) -> int:
+        secrets = [self.api_key, self.neo4j_password]
+        self._collect_texts()
+        haystacks = list(self.texts) + list(exceptions) + list(self.cmdlines)
+        for logdir in self.workdir.rglob("logs"):
+            if logdir.is_dir():
+                for f in logdir.rglob("*"):
+                    if f.is_file():
+                        haystacks.append(f.read_text("utf-8", "replace"))
+        for spool in self.workdir.rglob("spool"):
+            if spool.is_dir():
+                for f in spool.rglob("*"):
+                    if f.is_file():
+                        haystacks.append(f.read_text("utf-8", "replace"))
+        return sum(h.count(s) for h in haystacks for s in secrets)
+
+
+def _kill_pid(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def run_chaos(turns: int = 200, seed: int = 1, json_path: str | os.PathLike | None = None,
+              workdir: str | os.PathLike | None = None, log=None) -> dict:
+    """Run the chaos test; return (and optionally write as JSON) its figures."""
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    os.environ.setdefault("GRAPHITI_TELEMETRY_ENABLED", "false")
+    log = log or (lambda text: print(text, file=sys.stderr, flush=True))
+    tmp = None
+    if workdir is None:
+        tmp = tempfile.TemporaryDirectory(prefix="memoryplus-chaos-")
+        workdir = tmp.name
+    try:
+        result = Chaos(turns, seed, Path(workdir), log=log).run()
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+    if json_path:
+        Path(json_path).write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return result
+
+
+def print_result(result: dict, out=sys.stdout) -> None:
+    keys = ["turns", "stored", "dropped_by_policy", "skipped_by_mode", "failed_final", "lost", "duplicated",
+            "cross_bank_leaks", "unforgotten", "secret_leaks", "orphan_processes"]
+    for k in keys:
+        print(f"{k:>18}: {result.get(k)}", file=out)
+    print(f"{'faults':>18}: " + ", ".join(f"{k}={v}" for k, v in result["faults"].items()), file=out)
+    print(f"{'seed':>18}: {result.get('seed')}   ({result.get('seconds')} s)", file=out)
+    if result.get("exceptions"):
+        print(f"{'exceptions':>18}: " + "; ".join(result["exceptions"][:5]), file=out)
+
+
+def ok(result: dict) -> bool:
+    return (all(result[k] == 0 for k in ("lost", "duplicated", "cross_bank_leaks", "unforgotten",
+                                         "secret_leaks", "orphan_processes"))
+            and all(result["faults"][k] >= 1 for k in FAULT_KEYS))
