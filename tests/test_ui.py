@@ -265,6 +265,7 @@ def test_remember_then_forget_from_the_browser(env, browser, qtbot, tmp_path):
 
 
 # ── feedback ──────────────────────────────────────────────────────────────────────────────
+@pytest.mark.option("memory_feedback")
 def test_feedback_changes_the_ranking_within_bounds(env, browser, qtbot):
     window, plugin = env
     b = browser
@@ -313,6 +314,7 @@ def test_feedback_changes_the_ranking_within_bounds(env, browser, qtbot):
 
 
 # ── the memory mode: menu, settings, browser header ───────────────────────────────────────
+@pytest.mark.option("memory_mode")
 def test_mode_selector_round_trip_with_the_settings(env, browser, qtbot):
     window, plugin = env
     ui, b = plugin.memory_ui, browser
@@ -491,6 +493,7 @@ def test_cancelling_long_operations(env, browser, qtbot, tmp_path):
 
 
 # ── the review reminder ───────────────────────────────────────────────────────────────────
+@pytest.mark.option("review_interval_days")
 def test_review_prompt_when_due_and_never_when_off(env, browser, qtbot):
     window, plugin = env
     ui = plugin.memory_ui
