@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import threading
 import types
 from pathlib import Path
@@ -174,6 +173,3 @@ def chat_turn(window: HostWindow, text: str, answer: str, *, preset: str = "curr
     window.process_events(0.02)
     return out["prompt"]
 
-
-def copy_workdir_config(src: Path, dst: Path) -> None:
-    shutil.copytree(src, dst, dirs_exist_ok=True)

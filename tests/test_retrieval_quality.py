@@ -6,36 +6,14 @@ would give)."""
 from __future__ import annotations
 
 import json
-import math
-import re
-from collections import Counter
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+from memoryplus.cli.bench import bm25_ranking   # the same keyword baseline the benchmark uses
 from memoryplus.worker.records import Turn
 
 DATA = json.loads((Path(__file__).parent / "data" / "retrieval_small.json").read_text())
 K = 5
-WORD = re.compile(r"\w+")
-STOP = {"what", "is", "my", "i", "do", "the", "a", "of", "which", "where", "who", "our", "does",
-        "am", "we", "to", "how", "when", "why", "in", "at", "me", "have", "can't", "t"}
-
-
-def bm25_ranking(query: str, docs: dict[str, str], k1=1.5, b=0.75) -> list[str]:
-    toks = {d: [w.lower() for w in WORD.findall(t)] for d, t in docs.items()}
-    avg = sum(map(len, toks.values())) / len(toks)
-    df = Counter(w for ws in toks.values() for w in set(ws))
-    n = len(docs)
-    scores = {}
-    for d, ws in toks.items():
-        tf = Counter(ws)
-        s = 0.0
-        for w in (w.lower() for w in WORD.findall(query)):
-            if w in tf:
-                idf = math.log(1 + (n - df[w] + 0.5) / (df[w] + 0.5))
-                s += idf * tf[w] * (k1 + 1) / (tf[w] + k1 * (1 - b + b * len(ws) / avg))
-        scores[d] = s
-    return [d for d, s in sorted(scores.items(), key=lambda x: -x[1]) if s > 0]
 
 
 async def test_recall_at_k_beats_plain_keyword_search(engine):
