@@ -7,9 +7,11 @@ cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
 
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-  # portaudio19-dev: to build PyAudio (a pygpt-net dependency); the rest: Qt offscreen at run time.
+  # portaudio19-dev: to build PyAudio (a pygpt-net dependency); the rest: Qt offscreen at run time
+  # (the emoji font draws the browser's 👍/👎).
   need=""
-  for p in portaudio19-dev libpulse0 libegl1 libgl1 libxkbcommon0 libfontconfig1 libdbus-1-3 libnss3; do
+  for p in portaudio19-dev libpulse0 libegl1 libgl1 libxkbcommon0 libfontconfig1 libdbus-1-3 libnss3 \
+           fonts-noto-color-emoji; do
     dpkg -s "$p" >/dev/null 2>&1 || need="$need $p"
   done
   if [ -n "$need" ]; then
