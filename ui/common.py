@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 from PySide6.QtCore import QObject, Qt, Signal, Slot
 from PySide6.QtGui import QPainter
-from PySide6.QtWidgets import QLabel, QSizePolicy
+from PySide6.QtWidgets import QLabel, QSizePolicy, QSplitter, QWidget
 
 log = logging.getLogger("memoryplus.ui")
 
@@ -288,3 +288,17 @@ class Ratings:
     def forget_bank(self, bank: str) -> None:
         if self.data.pop(bank, None) is not None:
             self.state.save(self.data)
+
+
+def splitter(orientation: Qt.Orientation, first: QWidget, second: QWidget, stretch: tuple[int, int],
+             sizes: list[int] | None = None) -> QSplitter:
+    """Two panes that share space in a fixed proportion and can never be collapsed away."""
+    split = QSplitter(orientation)
+    split.addWidget(first)
+    split.addWidget(second)
+    split.setStretchFactor(0, stretch[0])
+    split.setStretchFactor(1, stretch[1])
+    if sizes:
+        split.setSizes(sizes)
+    split.setChildrenCollapsible(False)
+    return split

@@ -10,10 +10,10 @@ from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import QBrush, QColor, QFont, QFontMetricsF, QPainter, QPainterPath, QPen, QPolygonF
 from PySide6.QtWidgets import (
     QGraphicsItem, QGraphicsObject, QGraphicsScene, QGraphicsView, QHBoxLayout, QLabel, QLineEdit,
-    QPushButton, QSplitter, QTextBrowser, QVBoxLayout,
+    QPushButton, QTextBrowser, QVBoxLayout,
 )
 
-from memoryplus.ui.common import READ_TIMEOUT_S, Memory, elide, fmt_date, outcome, validity
+from memoryplus.ui.common import READ_TIMEOUT_S, Memory, elide, fmt_date, outcome, splitter, validity
 from memoryplus.ui.graph_layout import layout
 from memoryplus.ui.views import View
 
@@ -212,13 +212,7 @@ class GraphView(View):
         self.status = QLabel()
         self.status.setWordWrap(True)
 
-        split = QSplitter(Qt.Orientation.Horizontal)
-        split.addWidget(self.canvas)
-        split.addWidget(self.info)
-        split.setStretchFactor(0, 4)
-        split.setStretchFactor(1, 1)
-        split.setSizes([700, 260])
-        split.setChildrenCollapsible(False)
+        split = splitter(Qt.Orientation.Horizontal, self.canvas, self.info, (4, 1), [700, 260])
         lay = QVBoxLayout(self)
         lay.addLayout(top)
         lay.addWidget(split, 1)

@@ -10,13 +10,13 @@ from typing import Any
 from PySide6.QtCore import QDateTime, Qt, QTimer
 from PySide6.QtWidgets import (
     QAbstractItemView, QCheckBox, QDateTimeEdit, QFrame, QGridLayout, QGroupBox, QHBoxLayout, QHeaderView,
-    QLabel, QLineEdit, QPushButton, QScrollArea, QSplitter, QTextBrowser, QTreeWidget, QTreeWidgetItem,
+    QLabel, QLineEdit, QPushButton, QScrollArea, QTextBrowser, QTreeWidget, QTreeWidgetItem,
     QVBoxLayout, QWidget,
 )
 
 from memoryplus.ui.common import (
     READ_TIMEOUT_S, ElidedLabel, Memory, elide, fmt_count, fmt_duration, fmt_tags, fmt_time, one_line,
-    kind_label, outcome, parse_time, plural, printable, result_validity, validity, fmt_source, fmt_sources,
+    kind_label, outcome, parse_time, plural, printable, result_validity, splitter, validity, fmt_source, fmt_sources,
 )
 
 ROLE = Qt.ItemDataRole.UserRole
@@ -146,12 +146,7 @@ class RecallView(View):
         self.status = QLabel("Type a question or a few words and press Search.")
         self.status.setWordWrap(True)
 
-        split = QSplitter(Qt.Orientation.Vertical)
-        split.addWidget(self.tree)
-        split.addWidget(self.detail)
-        split.setStretchFactor(0, 3)
-        split.setStretchFactor(1, 1)
-        split.setChildrenCollapsible(False)
+        split = splitter(Qt.Orientation.Vertical, self.tree, self.detail, (3, 1))
 
         lay = QVBoxLayout(self)
         lay.addLayout(top)
@@ -311,12 +306,7 @@ class TimelineView(View):
         nav.addWidget(self.older)
         self.status = QLabel()
 
-        split = QSplitter(Qt.Orientation.Vertical)
-        split.addWidget(self.tree)
-        split.addWidget(self.detail)
-        split.setStretchFactor(0, 3)
-        split.setStretchFactor(1, 2)
-        split.setChildrenCollapsible(False)
+        split = splitter(Qt.Orientation.Vertical, self.tree, self.detail, (3, 2))
 
         lay = QVBoxLayout(self)
         lay.addWidget(self.banner_box)
@@ -508,13 +498,7 @@ class EntitiesView(View):
         rl.addWidget(rel_label)
         rl.addWidget(self.relations, 1)
 
-        split = QSplitter(Qt.Orientation.Horizontal)
-        split.addWidget(left)
-        split.addWidget(right)
-        split.setStretchFactor(0, 2)
-        split.setStretchFactor(1, 3)
-        split.setSizes([380, 580])
-        split.setChildrenCollapsible(False)
+        split = splitter(Qt.Orientation.Horizontal, left, right, (2, 3), [380, 580])
         lay = QVBoxLayout(self)
         lay.addWidget(split)
 

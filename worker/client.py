@@ -173,6 +173,12 @@ class _BankGate:
             self._cond.notify_all()
 
 
+def _answer_error(msg: P.Response) -> "WorkerError":
+    """The exception a failed answer stands for, its message cleared of secrets."""
+    e = msg.error or P.ErrorInfo(type="Error", message="unknown error")
+    return WorkerError(e.type, redact.redact(e.message))
+
+
 def _settle(future: cf.Future, result: Any = None, exc: BaseException | None = None) -> None:
     try:
         if exc is not None:
@@ -651,8 +657,7 @@ class WorkerClient:
         if msg.ok:
             _settle(p.future, msg.result)
         else:
-            err = msg.error or P.ErrorInfo(type="Error", message="unknown error")
-            _settle(p.future, exc=WorkerError(err.type, redact.redact(err.message)))
+            _settle(p.future, exc=_answer_error(msg))
 
     def _on_event(self, ch: _Channel, ev: P.Event) -> None:
         with self._lock:
@@ -1188,10 +1193,7 @@ class WorkerClient:
                     self._garbage += 1
                 continue
             if isinstance(msg, P.Response) and msg.id == p.id:
-                if msg.ok:
-                    return msg.result, None
-                e = msg.error or P.ErrorInfo(type="Error", message="unknown error")
-                return None, WorkerError(e.type, redact.redact(e.message))
+                return (msg.result, None) if msg.ok else (None, _answer_error(msg))
             if isinstance(msg, P.Event) and msg.event == "fatal":
                 fatal = msg.data.get("message")
         tail = redact.redact(err.decode("utf-8", "replace").strip().splitlines()[-1]) if err.strip() else ""
@@ -1216,10 +1218,7 @@ class WorkerClient:
                         except P.ProtocolError:
                             continue
                         if isinstance(msg, P.Response) and msg.id == p.id:
-                            if msg.ok:
-                                return msg.result, None
-                            e = msg.error or P.ErrorInfo(type="Error", message="unknown error")
-                            return None, WorkerError(e.type, redact.redact(e.message))
+                            return (msg.result, None) if msg.ok else (None, _answer_error(msg))
         except socket.timeout:
             return None, RequestTimeout(f"{p.op} was not answered within {limit:.1f} s")
         except OSError as exc:
