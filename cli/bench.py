@@ -238,8 +238,10 @@ def start_plugin(workdir: Path, settings: dict) -> tuple[Any, Any, float]:
     t = time.perf_counter()
     from memoryplus.plugin.plugin import Plugin   # importing the plugin is start-up time too
     plugin = window.register(Plugin())            # construction, registration, setup_ui
-    plugin._ensure_started()                      # what setup_ui's QTimer runs: worker in background
+    plugin._start_in_background()                 # what setup_ui's QTimer runs on the GUI thread
     load_ms = (time.perf_counter() - t) * 1000
+    if not plugin.wait_started(60):
+        raise RuntimeError("the plugin did not start")
     return window, plugin, load_ms
 
 

@@ -81,6 +81,10 @@ class Plugin(BasePlugin):
         self._forget_offer: tuple[str, list[SearchResult]] | None = None
         self._started = False
         self._closed = False
+        self._ready = threading.Event()       # set once _build() has finished (or failed)
+        self._ready.set()
+        self._early_turns: list[tuple[str, Turn]] = []   # turns that ended before the queue existed
+        self._settings_stale = False
         self._status = ""
         self._last_expiry = 0.0
         self._llm_calls: list[tuple[float, int]] = []
@@ -110,7 +114,7 @@ class Plugin(BasePlugin):
             self._fail("cannot build the memory UI", exc)
         # ── end memory UI ──
         if self._enabled():
-            QTimer.singleShot(0, self._ensure_started)
+            QTimer.singleShot(0, self._start_in_background)
 
     def _enabled(self) -> bool:
         try:
@@ -129,14 +133,33 @@ class Plugin(BasePlugin):
         path = self.settings.kuzu_storage_path.strip()
         return Path(path).expanduser() if path else self.user_dir()
 
-    def _ensure_started(self) -> None:
-        """Build the machinery (cheap) and start the worker in the background."""
+    def _ensure_started(self, wait: bool = True) -> None:
+        """Build the machinery and start the worker. From PyGPT (start-up timer, ENABLE, the
+        first turn event) `wait=False`: imports, spool replay and the worker's spawn run on a
+        thread, so that PyGPT's window is not held up by them."""
         with self._lock:
             if self._started or self._closed:   # closed: PyGPT shut us down; only ENABLE reopens
                 return
             self._started = True
+            self._ready.clear()
         try:
-            self._restore_or_mirror_settings()
+            self._restore_or_mirror_settings()    # PyGPT's config: on the caller's (GUI) thread
+        except Exception as exc:
+            self._fail("cannot read settings", exc)
+        if wait:
+            self._build()
+        else:
+            threading.Thread(target=self._build, daemon=True, name="memoryplus-start").start()
+
+    def _start_in_background(self) -> None:
+        self._ensure_started(wait=False)
+
+    def wait_started(self, timeout: float) -> bool:
+        """For callers that drive the plugin themselves (bench, demo): True once built."""
+        return self._ready.wait(timeout)
+
+    def _build(self) -> None:
+        try:
             from memoryplus.plugin.cache import SearchCache
             from memoryplus.plugin.queue import IngestQueue
             from memoryplus.plugin.sanitize import Sanitizer
@@ -147,13 +170,23 @@ class Plugin(BasePlugin):
                 self._report(f"MemoryPlus: {problem}")
             self.cache = SearchCache(s.search_cache_size, s.search_cache_ttl, s.search_cache_similarity,
                                      enabled=s.search_cache)
-            self.client = WorkerClient(s, self.banks_dir(), host.credentials(self.window, s),
-                                       mode=s.engine_mode, app="PyGPT")
-            self.client.start()
-            self.queue = IngestQueue(self.user_dir() / "spool", s, self._ingest_batch)
-            self.queue.start()
+            client = WorkerClient(s, self.banks_dir(), host.credentials(self.window, s),
+                                  mode=s.engine_mode, app="PyGPT")
+            client.start()
+            self.client = client
+            queue = IngestQueue(self.user_dir() / "spool", s, self._ingest_batch)
+            queue.start()
+            with self._lock:   # turns that ended while we were starting
+                self.queue, early, self._early_turns = queue, self._early_turns, []
+            for bank, turn in early:
+                queue.put(bank, turn)
         except Exception as exc:  # never take PyGPT down with us
             self._fail("cannot start", exc)
+        finally:
+            self._ready.set()
+        if self._settings_stale:      # saved while we were starting
+            self._settings_stale = False
+            self.on_settings_changed()
 
     def _restore_or_mirror_settings(self) -> None:
         """PyGPT drops a plugin's saved values when it starts without the plugin; we keep a
@@ -190,6 +223,10 @@ class Plugin(BasePlugin):
         """A change takes effect without restarting PyGPT."""
         if not self._started:
             return
+        if not self._ready.is_set():     # the start-up thread applies them when it is done
+            self._apply_settings()
+            self._settings_stale = True
+            return
         self._apply_settings()
         s = self.settings
         from memoryplus.plugin.sanitize import Sanitizer
@@ -212,6 +249,7 @@ class Plugin(BasePlugin):
 
     def _stop(self) -> None:
         self._closed = True
+        self._ready.wait(10.0)    # a start under way: let it finish, then stop what it started
         try:
             if self.queue is not None:
                 self.queue.stop(timeout=5.0)      # what is not stored stays spooled
@@ -233,7 +271,7 @@ class Plugin(BasePlugin):
         name, data = event.name, event.data
         if name == Event.ENABLE and data.get("value") == self.id:
             self._closed = False
-            self._ensure_started()
+            self._ensure_started(wait=False)
             return
         if name == Event.DISABLE and data.get("value") == self.id:
             self._stop()
@@ -250,7 +288,7 @@ class Plugin(BasePlugin):
         if not self._started:
             if self._closed:   # PyGPT is exiting: events after shutdown() start nothing
                 return
-            self._ensure_started()
+            self._ensure_started(wait=False)
         if name == Event.INPUT_BEFORE:
             self._on_input(data)
         elif name == Event.CTX_BEFORE:
@@ -341,7 +379,7 @@ class Plugin(BasePlugin):
                     assistant=str(ctx.output or ""), time=when)
 
     def _on_turn_end(self, ctx) -> None:
-        if self.queue is None or not self.is_real_turn(ctx):
+        if not self.is_real_turn(ctx):
             return
         bank = host.bank_for(ctx, self.settings)
         turn = self.turn_from_ctx(ctx)
@@ -352,8 +390,14 @@ class Plugin(BasePlugin):
         if len(self._seen_turns) > 1000:
             self._seen_turns.popitem(last=False)
         self._last_turn[bank] = turn
-        if self.settings.auto_ingest:
-            self.queue.put(bank, turn)
+        if not self.settings.auto_ingest:
+            return
+        with self._lock:
+            queue = self.queue
+            if queue is None:            # still starting: handed to the queue once it exists
+                self._early_turns.append((bank, turn))
+                return
+        queue.put(bank, turn)
 
     def _ingest_batch(self, bank: str, turns: list[Turn]):
         """The queue's sink: runs on the queue's thread, never the GUI thread."""
@@ -419,6 +463,9 @@ class Plugin(BasePlugin):
         data["stop"] = True     # the command is ours: nothing goes to the model
         data["silent"] = True
         self.counters["commands"] += 1
+        if self.client is None or self.queue is None:
+            self._tell("MemoryPlus is still starting; send the command again in a moment.")
+            return
         bank = self.current_bank()
         if cmd.name == "invalid":
             self._tell(cmd.error)

@@ -277,3 +277,35 @@ def test_the_hourly_llm_budget_pauses_ingestion_without_losing_turns(host):
         window.save_options(plugin, max_llm_calls_per_hour=0)   # lifting the limit resumes
         settle(window, plugin, timeout=60)
         assert plugin.client.call("stats", {"bank": "default"}, timeout=30)["episodes"] == 2
+
+
+def test_pygpt_start_is_not_held_up_and_early_turns_are_kept(tmp_path, monkeypatch):
+    """PyGPT's start-up timer starts MemoryPlus on a thread; a turn that ends (or a command
+    typed) before the machinery exists is neither lost nor run against nothing."""
+    import threading
+    from memoryplus.plugin.queue import IngestQueue
+    gate = threading.Event()
+    real_start = IngestQueue.start
+
+    def slow_start(self):       # hold our own start-up (not PyGPT's API) at the queue's start
+        gate.wait(30)
+        return real_start(self)
+    monkeypatch.setattr(IngestQueue, "start", slow_start)
+    window = HostWindow(tmp_path / "pygpt")
+    window.core.config.data.setdefault("plugins", {})["memoryplus"] = dict(LOCAL)
+    plugin = window.register(Plugin())
+    try:
+        window.process_events(0.1)            # PyGPT's event loop runs the start-up timer
+        assert plugin.queue is None and not plugin.wait_started(0), "the start ran on the GUI thread"
+        chat_turn(window, "My locksmith is called Ottilie Brandt.", "Noted!", ctx_id=1)
+        chat_turn(window, "/remember_this my bike is green", "", ctx_id=2)
+        window.process_events(0.1)
+        assert any("still starting" in s for s in window.statuses), window.statuses
+        gate.set()
+        assert plugin.wait_started(60)
+        settle(window, plugin)
+        found = plugin.client.call("search", {"bank": "default", "query": "Who is my locksmith?"}, timeout=60)
+        assert any("Ottilie" in r["text"] for r in found), found
+    finally:
+        gate.set()
+        plugin.destroy()

@@ -57,7 +57,7 @@ class ProtocolError(ValueError):
 
 
 class _Msg(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", defer_build=True)   # built on first use
 
 
 # ── start-up ──────────────────────────────────────────────────────────────────────────────

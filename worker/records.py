@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
 def utc_now() -> datetime:
@@ -22,7 +22,12 @@ def as_utc(value: datetime) -> datetime:
     return value.astimezone(timezone.utc)
 
 
-class Credentials(BaseModel):
+class Record(BaseModel):
+    # Validators are built on first use, not at import: PyGPT's start-up imports the plugin.
+    model_config = ConfigDict(defer_build=True)
+
+
+class Credentials(Record):
     """Keys and endpoints that come from PyGPT or the environment, not from our settings.
 
     Never logged; travels to the worker over stdin only.
@@ -35,7 +40,7 @@ class Credentials(BaseModel):
     model_provider: str = ""
 
 
-class Turn(BaseModel):
+class Turn(Record):
     """One chat turn to remember. `id` is the caller's stable id (PyGPT's ctx id)."""
     id: str = Field(min_length=1, max_length=512)
     user: str = ""
@@ -60,7 +65,7 @@ class Turn(BaseModel):
         return "\n".join(parts)
 
 
-class IngestReport(BaseModel):
+class IngestReport(Record):
     stored: list[str] = Field(default_factory=list)       # new or replaced episodes (caller ids)
     replaced: list[str] = Field(default_factory=list)     # same id, different content
     unchanged: list[str] = Field(default_factory=list)    # same id, same content: nothing written
@@ -72,7 +77,7 @@ class IngestReport(BaseModel):
 ResultKind = Literal["fact", "entity", "episode"]
 
 
-class SearchResult(BaseModel):
+class SearchResult(Record):
     id: str
     kind: ResultKind
     text: str
@@ -87,7 +92,7 @@ class SearchResult(BaseModel):
         return self.invalid_at is None
 
 
-class ForgetReport(BaseModel):
+class ForgetReport(Record):
     forgotten: list[str] = Field(default_factory=list)  # result ids removed
     episodes_removed: int = 0
     sources: list[str] = Field(default_factory=list)    # caller ids of the removed episodes
@@ -96,7 +101,7 @@ class ForgetReport(BaseModel):
     dry_run: bool = False
 
 
-class BankStats(BaseModel):
+class BankStats(Record):
     name: str
     backend: str
     episodes: int = 0
@@ -114,7 +119,7 @@ class BankStats(BaseModel):
     engine: str = ""
 
 
-class BankInfo(BaseModel):
+class BankInfo(Record):
     name: str
     episodes: int = 0
     entities: int = 0
