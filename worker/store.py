@@ -115,49 +115,283 @@ def open_kuzu(bank_dir: Path, bank_name: str, *, buffer_pool_mb: int, app: str) 
     return driver
 
 
-def _repair_after_unclean_exit(bank_dir: Path, bank_name: str, buffer_pool_mb: int) -> None:
-    """Rebuild the full-text indexes of a bank whose last owner died with writes not yet
-    checkpointed (kill -9, out of memory, power loss).
+# ── crash-safe repair ───────────────────────────────────────────────────────────────────
+REPAIR_BACKUP = "repair-backup"     # a copy of the bank taken before a repair touches it
+REBUILD_DIR = "rebuild"             # a bank rebuilt from an export of its damaged database
+_DONE = "complete"                  # written last: the copy in that directory is whole
+# Test only: kill this process at a named point of the repair (see _test_kill_point).
+TEST_KILL_IN_REPAIR_ENV = "MEMORYPLUS_TEST_KILL_IN_REPAIR"
+_LEFTOVER = "Please drop or rename the table"   # Kuzu: an index half-created by a killed process
 
-    Kuzu 0.11.3 replays the write-ahead log on the next open but leaves its FTS indexes
-    inconsistent: keyword search misses episodes, and deleting an Episodic node (forget, the
-    recovery of a pending episode) crashes the process with a segmentation fault. Dropping and
-    recreating the indexes after the replay fixes both. The marker: a non-empty WAL while the
-    owner recorded in owner.json is gone (a clean close checkpoints and empties the log).
-    """
-    wal = bank_dir / "graph.kuzu.wal"
+
+def _test_kill_point(name: str) -> None:
+    """Test hook: with MEMORYPLUS_TEST_HOOKS=1 and MEMORYPLUS_TEST_KILL_IN_REPAIR=<name> or
+    <name>:<seconds>, SIGKILL this process at that point of the repair (at once, or that many
+    seconds later from a timer thread, i.e. in the middle of the next Kuzu call). Inert
+    otherwise."""
+    if os.environ.get("MEMORYPLUS_TEST_HOOKS") != "1":
+        return
+    want, _, delay = os.environ.get(TEST_KILL_IN_REPAIR_ENV, "").partition(":")
+    if want != name:
+        return
+    import signal
+
+    def kill() -> None:
+        os.kill(os.getpid(), signal.SIGKILL)
+    if delay:
+        threading.Timer(float(delay), kill).start()
+    else:
+        kill()
+
+
+def _fsync_dir(path: Path) -> None:
     try:
-        if not wal.exists() or wal.stat().st_size == 0:
-            return
+        fd = os.open(path, os.O_RDONLY)
     except OSError:
         return
-    if _owner_of(bank_dir)[0] not in (None, os.getpid()):
-        return  # a live process holds it: its log is not ours to judge
-    t0 = time.monotonic()
     try:
-        db = kuzu.Database(str(bank_dir / "graph.kuzu"), buffer_pool_size=buffer_pool_mb * 1024 * 1024)
-    except RuntimeError:
-        return  # locked or damaged: open_kuzu reports it properly
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _copy_file(src: Path, dst: Path) -> None:
+    """Copy through a temporary name, fsynced, then renamed: dst is whole or absent."""
+    import shutil
+    tmp = dst.with_name(dst.name + ".part")
+    with open(src, "rb") as fi, open(tmp, "wb") as fo:
+        shutil.copyfileobj(fi, fo, 1 << 20)
+        fo.flush()
+        os.fsync(fo.fileno())
+    os.chmod(tmp, 0o600)
+    os.replace(tmp, dst)
+
+
+def _db_files(bank_dir: Path) -> list[Path]:
+    return sorted(p for p in bank_dir.glob("graph.kuzu*") if p.is_file())
+
+
+def _remove_tree(path: Path) -> None:
+    import shutil
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _take_backup(bank_dir: Path) -> Path:
+    """Copy the database and its log to repair-backup/ before a repair opens them (opening
+    replays the log). The marker file is written last: without it the copy is not trusted."""
+    backup = bank_dir / REPAIR_BACKUP
+    _remove_tree(backup)
+    backup.mkdir(mode=0o700)
+    files = _db_files(bank_dir)
+    for i, f in enumerate(files):
+        _copy_file(f, backup / f.name)
+        if i == 0:
+            _test_kill_point("backup")
+    (backup / "files.json").write_text(json.dumps([f.name for f in files]))
+    _fsync_dir(backup)
+    (backup / _DONE).write_text(str(time.time()))
+    _fsync_dir(backup)
+    return backup
+
+
+def _restore_backup(bank_dir: Path, bank_name: str) -> bool:
+    """An interrupted repair: put the bank back as it was before it (idempotent, so a kill
+    during the restore is finished by the next open). Returns whether it restored."""
+    backup = bank_dir / REPAIR_BACKUP
+    if not backup.is_dir():
+        return False
+    if not (backup / _DONE).exists():     # the copy itself was interrupted: the bank is intact
+        _remove_tree(backup)
+        return False
+    names = json.loads((backup / "files.json").read_text())
+    for f in _db_files(bank_dir):          # e.g. a .shadow file of the interrupted checkpoint
+        if f.name not in names:
+            f.unlink()
+    for name in names:
+        _copy_file(backup / name, bank_dir / name)
+    _fsync_dir(bank_dir)
+    log.warning("bank %r: a repair after an unclean exit was interrupted; restored the copy "
+                "taken before it and repairing again", bank_name)
+    return True
+
+
+def _drop_backup(backup: Path) -> None:
+    try:
+        (backup / _DONE).unlink()         # first: from here on the copy is never restored
+    except FileNotFoundError:
+        pass
+    _fsync_dir(backup)
+    _remove_tree(backup)
+
+
+def _finish_rebuild(bank_dir: Path, bank_name: str) -> None:
+    """Swap in a rebuilt database whose build finished; drop an unfinished build."""
+    rebuild = bank_dir / REBUILD_DIR
+    if not rebuild.is_dir():
+        return
+    if (rebuild / _DONE).exists():
+        for f in _db_files(bank_dir):
+            if f.name != "graph.kuzu":
+                f.unlink()
+        if (rebuild / "graph.kuzu").exists():
+            os.replace(rebuild / "graph.kuzu", bank_dir / "graph.kuzu")
+            _fsync_dir(bank_dir)
+            log.warning("bank %r: rebuilt from an export of its damaged database", bank_name)
+    _remove_tree(rebuild)
+
+
+def _fulltext_indexes() -> list[tuple[str, str, str]]:
+    """(table, index, create statement) of graphiti's full-text indexes: constant names."""
+    out = []
+    for create in get_fulltext_indices(GraphProvider.KUZU):
+        m = re.search(r"CREATE_FTS_INDEX\(\s*'(\w+)'\s*,\s*'(\w+)'", create)
+        if m is not None:
+            out.append((m.group(1), m.group(2), create))
+    return out
+
+
+class _Damaged(Exception):
+    """The database opens but one of its indexes cannot be rebuilt in place."""
+
+
+def _repair_after_unclean_exit(bank_dir: Path, bank_name: str, buffer_pool_mb: int) -> None:
+    """Make a bank consistent before it is opened; safe against a kill at any point.
+
+    1. Rebuild the full-text indexes of a bank whose last owner died with writes not yet
+       checkpointed (kill -9, out of memory, power loss). Kuzu 0.11.3 replays the write-ahead
+       log on the next open but leaves its FTS indexes inconsistent: keyword search misses
+       episodes, and deleting an Episodic node crashes the process with a segmentation
+       fault. Dropping and recreating the indexes after the replay fixes both. The marker: a
+       non-empty WAL while the owner recorded in owner.json is gone.
+    2. That repair is itself crash-safe: the database and its log are copied to
+       `repair-backup/` first; a process killed while the indexes are dropped or half
+       created (which left Kuzu with index tables it can neither drop nor recreate, or
+       `Cannot find table catalog entry`) leaves the copy, and the next open restores it and
+       repairs again. The copy is deleted only after the checkpoint.
+    3. A bank damaged that way by an older version (an index missing and impossible to
+       create) is rebuilt: exported with Kuzu's EXPORT DATABASE, imported into a fresh
+       database, indexes created, then swapped in (also crash-safe: rebuild/ is used only
+       once complete).
+    """
+    _finish_rebuild(bank_dir, bank_name)
+    if not (bank_dir / "graph.kuzu").exists():
+        _remove_tree(bank_dir / REPAIR_BACKUP)
+        return                                     # a new bank
+    if _owner_of(bank_dir)[0] not in (None, os.getpid()):
+        return  # a live process holds it: its files are not ours to judge
+    restored = _restore_backup(bank_dir, bank_name)
+    wal = bank_dir / "graph.kuzu.wal"
+    try:
+        unclean = restored or (wal.exists() and wal.stat().st_size > 0)
+    except OSError:
+        unclean = False
+    t0 = time.monotonic()
+    backup = _take_backup(bank_dir) if unclean else None
+    try:
+        _check_and_repair(bank_dir, bank_name, buffer_pool_mb, rebuild_indexes=unclean)
+    except _Damaged as exc:
+        _rebuild(bank_dir, bank_name, buffer_pool_mb, str(exc))   # StoreError: keep the copy
+    except RuntimeError as exc:
+        text = str(exc)
+        if _is_lock_error(text):
+            if backup is not None:
+                _drop_backup(backup)    # nothing was changed: the files are the copy
+            return                      # open_kuzu reports the lock properly
+        _rebuild(bank_dir, bank_name, buffer_pool_mb, f"it fails with: {text.splitlines()[0][:200]}")
+    if backup is not None:
+        _test_kill_point("before_backup_removed")
+        _drop_backup(backup)
+        log.warning("bank %r: rebuilt its full-text indexes after an unclean exit (%.2f s)",
+                    bank_name, time.monotonic() - t0)
+
+
+def _is_lock_error(text: str) -> bool:
+    return "could not set lock" in text.lower()
+
+
+def _check_and_repair(bank_dir: Path, bank_name: str, buffer_pool_mb: int, *,
+                      rebuild_indexes: bool) -> None:
+    db = kuzu.Database(str(bank_dir / "graph.kuzu"), buffer_pool_size=buffer_pool_mb * 1024 * 1024)
     conn = kuzu.Connection(db)
     try:
-        for create in get_fulltext_indices(GraphProvider.KUZU):
-            m = re.search(r"CREATE_FTS_INDEX\(\s*'(\w+)'\s*,\s*'(\w+)'", create)
-            if m is None:
+        tables = {r[0] for r in conn.execute("CALL SHOW_TABLES() RETURN name").get_all()}
+        have = {(r[0], r[1]) for r in
+                conn.execute("CALL SHOW_INDEXES() RETURN table_name, index_name").get_all()}
+        for table, index, create in _fulltext_indexes():
+            if table not in tables:
+                continue                           # graphiti creates the schema and indexes
+            if rebuild_indexes and (table, index) in have:
+                # names come from graphiti's constant list, never from user input
+                conn.execute(f"CALL DROP_FTS_INDEX('{table}', '{index}')")
+                _test_kill_point("after_drop")
+            elif (table, index) in have:
                 continue
-            try:  # names come from graphiti's constant list, never from user input
-                conn.execute(f"CALL DROP_FTS_INDEX('{m.group(1)}', '{m.group(2)}')")
-            except RuntimeError:
-                pass  # absent: a bank that never got its indexes
+            _test_kill_point("create")
             try:
                 conn.execute(create)
             except RuntimeError as exc:
-                log.warning("bank %r: recreating %s failed: %s", bank_name, m.group(2), exc)
+                if _LEFTOVER in str(exc):
+                    raise _Damaged(f"index {index} of {table} cannot be recreated in place") from None
+                log.warning("bank %r: recreating %s failed: %s", bank_name, index, exc)
+        _test_kill_point("before_checkpoint")
         conn.execute("CHECKPOINT")
     finally:
         conn.close()
         db.close()
-    log.warning("bank %r: rebuilt its full-text indexes after an unclean exit (%.2f s)",
-                bank_name, time.monotonic() - t0)
+
+
+def _rebuild(bank_dir: Path, bank_name: str, buffer_pool_mb: int, why: str) -> None:
+    """Export the damaged database and import it into a fresh one with every index."""
+    t0 = time.monotonic()
+    rebuild = bank_dir / REBUILD_DIR
+    _remove_tree(rebuild)
+    rebuild.mkdir(mode=0o700)
+    export = rebuild / "export"
+    pool = buffer_pool_mb * 1024 * 1024
+    try:
+        db = kuzu.Database(str(bank_dir / "graph.kuzu"), buffer_pool_size=pool)
+        conn = kuzu.Connection(db)
+        try:   # the path is ours (the bank's directory), passed as a quoted literal
+            conn.execute(f"EXPORT DATABASE '{_cypher_path(export)}' (format='parquet')")
+        finally:
+            conn.close()
+            db.close()
+        (export / "index.cypher").write_text("")   # the indexes are created below, cleanly
+        db = kuzu.Database(str(rebuild / "graph.kuzu"), buffer_pool_size=pool)
+        conn = kuzu.Connection(db)
+        try:
+            conn.execute(f"IMPORT DATABASE '{_cypher_path(export)}'")
+            tables = {r[0] for r in conn.execute("CALL SHOW_TABLES() RETURN name").get_all()}
+            for table, _index, create in _fulltext_indexes():
+                if table in tables:
+                    conn.execute(create)
+            conn.execute("CHECKPOINT")
+        finally:
+            conn.close()
+            db.close()
+    except RuntimeError as exc:
+        _remove_tree(rebuild)
+        raise StoreError(
+            f"bank {bank_name!r} is damaged ({why}) and could not be rebuilt "
+            f"({str(exc).splitlines()[0][:200]}); restore it from an export "
+            f"(`memoryplus import`), or clear the bank") from None
+    _remove_tree(export)
+    _fsync_dir(rebuild)
+    (rebuild / _DONE).write_text(str(time.time()))
+    _fsync_dir(rebuild)
+    _test_kill_point("rebuild_ready")
+    _finish_rebuild(bank_dir, bank_name)
+    log.warning("bank %r: %s; rebuilt it from an export of its data (%.2f s)", bank_name, why,
+                time.monotonic() - t0)
+
+
+def _cypher_path(path: Path) -> str:
+    text = str(path)
+    if "'" in text or "\\" in text:
+        raise StoreError(f"cannot rebuild a bank under a path with quotes or backslashes: {text}")
+    return text
 
 
 async def checkpoint(driver: GraphDriver) -> None:

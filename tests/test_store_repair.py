@@ -1,0 +1,147 @@
+"""A bank survives a worker SIGKILLed again while it repairs the bank after an earlier kill.
+
+Real processes and real Kuzu on disk: a child process stores turns and is SIGKILLed with its
+writes still in Kuzu's write-ahead log; a second child opens the bank (which runs the repair of
+`worker/store.py`) and is SIGKILLed at a named point of that repair
+(MEMORYPLUS_TEST_KILL_IN_REPAIR, honoured only with MEMORYPLUS_TEST_HOOKS=1). Then the bank
+must open and answer like any other: every turn found by keyword, new turns stored, a forget
+working, no repair copy left behind.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import kuzu
+import pytest
+
+from memoryplus.worker.records import Turn
+from memoryplus.worker.store import REPAIR_BACKUP, TEST_KILL_IN_REPAIR_ENV
+
+BANK = "repair"
+N = 8
+
+CHILD = r'''
+import asyncio, os, signal, sys
+from pathlib import Path
+os.environ["GRAPHITI_TELEMETRY_ENABLED"] = "false"
+from memoryplus.config.schema import Settings
+from memoryplus.worker import engine as E
+from memoryplus.worker.records import Turn
+
+async def main(what, data):
+    eng = E.MemoryEngine(Settings(extraction_engine="local", embedding_provider="local"), Path(data))
+    if what == "unclean":
+        turns = [Turn(id=f"t{i}", user=f"I met Zorblat{i} at the harbour") for i in range(8)]
+        await eng.ingest("repair", turns[:4])
+        async def no_checkpoint(driver):    # leave the next writes in the write-ahead log only
+            pass
+        E.checkpoint = no_checkpoint
+        await eng.ingest("repair", turns[4:])
+        os.kill(os.getpid(), signal.SIGKILL)     # the worker dies with a non-empty log
+    await eng.stats("repair")                    # opening the bank runs the repair
+    await eng.close()
+
+asyncio.run(main(sys.argv[1], sys.argv[2]))
+'''
+
+
+def _child(tmp_path: Path, what: str, data: Path, kill_at: str = "") -> int:
+    script = tmp_path / "child.py"
+    script.write_text(CHILD)
+    env = {k: v for k, v in os.environ.items() if k not in ("MEMORYPLUS_TEST_HOOKS", TEST_KILL_IN_REPAIR_ENV)}
+    env["GRAPHITI_TELEMETRY_ENABLED"] = "false"
+    if kill_at:
+        env["MEMORYPLUS_TEST_HOOKS"] = "1"
+        env[TEST_KILL_IN_REPAIR_ENV] = kill_at
+    proc = subprocess.run([sys.executable, str(script), what, str(data)], env=env,
+                          capture_output=True, text=True, timeout=180)
+    return proc.returncode
+
+
+@pytest.fixture(scope="module")
+def unclean_bank(tmp_path_factory) -> Path:
+    """A data directory whose bank's last owner was SIGKILLed with writes in the log."""
+    tmp = tmp_path_factory.mktemp("unclean")
+    data = tmp / "data"
+    assert _child(tmp, "unclean", data) == -9
+    wal = next(data.glob("kuzu/*/graph.kuzu.wal"))
+    assert wal.stat().st_size > 0
+    return data
+
+
+def _bank_dir(data: Path) -> Path:
+    return next(p for p in (data / "kuzu").iterdir() if p.is_dir())
+
+
+async def _assert_bank_works(make_engine, data: Path) -> None:
+    eng = make_engine(directory=data)
+    stats = await eng.stats(BANK)
+    assert stats.episodes == N
+    for i in range(N):
+        hits = await eng.search(BANK, f"Zorblat{i}", limit=5)
+        assert any(f"t{i}" in r.sources for r in hits), f"turn t{i} not found by keyword"
+    report = await eng.ingest(BANK, [Turn(id="after", user="Later I met Quillon at the pier")])
+    assert report.stored == ["after"]
+    assert any("after" in r.sources for r in await eng.search(BANK, "Quillon"))
+    forgot = await eng.forget(BANK, ids=[r.id for r in await eng.search(BANK, "Zorblat0")
+                                          if r.kind == "episode"], confirm=True)
+    assert "t0" in forgot.sources
+    assert not any("t0" in r.sources for r in await eng.search(BANK, "Zorblat0"))
+    assert not (_bank_dir(data) / REPAIR_BACKUP).exists()
+
+
+@pytest.mark.parametrize("kills", [
+    ["backup"],                        # while copying the bank before the repair
+    ["after_drop"],                    # an index dropped, not yet recreated
+    ["create:0.03"],                   # in the middle of recreating an index
+    ["before_checkpoint"],
+    ["before_backup_removed"],         # repaired, the copy not yet deleted
+    ["after_drop", "create:0.03", "before_checkpoint"],   # killed again and again
+])
+async def test_a_worker_killed_during_its_crash_repair_leaves_a_readable_bank(
+        make_engine, unclean_bank, tmp_path, kills):
+    data = tmp_path / "data"
+    shutil.copytree(unclean_bank, data)
+    for point in kills:
+        assert _child(tmp_path, "open", data, kill_at=point) == -9, f"not killed at {point}"
+    await _assert_bank_works(make_engine, data)
+
+
+def _index_is_stuck(bank_dir: Path) -> bool:
+    """The damage an interrupted repair left before this fix: the Episodic index is gone and
+    Kuzu refuses to create it again (its half-made tables can be neither seen nor dropped)."""
+    db = kuzu.Database(str(bank_dir / "graph.kuzu"), buffer_pool_size=64 * 1024 * 1024)
+    conn = kuzu.Connection(db)
+    try:
+        names = {r[0] for r in conn.execute("CALL SHOW_INDEXES() RETURN index_name").get_all()}
+        if "episode_content" in names:
+            return False
+        try:
+            conn.execute("CALL CREATE_FTS_INDEX('Episodic', 'episode_content', ['content'])")
+        except RuntimeError as exc:
+            return "already exists" in str(exc)
+        return False
+    finally:
+        conn.close()
+        db.close()
+
+
+async def test_a_bank_already_damaged_by_an_interrupted_repair_is_rebuilt(
+        make_engine, unclean_bank, tmp_path):
+    # Make the damage the old repair left: killed mid-create with no copy to go back to.
+    data = None
+    for attempt, delay in enumerate(["0.01", "0.02", "0.03", "0.05", "0.08", "0.12", "0.2"]):
+        data = tmp_path / f"data{attempt}"
+        shutil.copytree(unclean_bank, data)
+        assert _child(tmp_path, "open", data, kill_at=f"create:{delay}") == -9
+        shutil.rmtree(_bank_dir(data) / REPAIR_BACKUP)
+        if _index_is_stuck(_bank_dir(data)):
+            break
+    else:
+        pytest.skip("could not place a kill inside Kuzu's index creation on this machine")
+    await _assert_bank_works(make_engine, data)
+    assert not (_bank_dir(data) / "rebuild").exists()
