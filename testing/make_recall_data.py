@@ -1,8 +1,31 @@
-"""Generate testing/data/recall_conversation.json deterministically: a long chat with persona
-facts spread over many turns (between small-talk turns), and paraphrased questions whose known
-answer is the turn that stated the fact. Used by `memoryplus bench` for recall@10.
+"""Generate testing/data/recall_conversation.json deterministically: a long chat about the
+user's people, with questions whose known answer is the one turn that states the fact asked
+for. Used by `memoryplus bench` for recall@10 (and, on a small build, by
+tests/test_retrieval_quality.py).
 
     python -m memoryplus.testing.make_recall_data      # rewrites the file (same content every time)
+
+What makes it harder than "a unique name in one turn":
+
+* core people (the user's landlord, boss, dentist...) come up in many turns: several facts,
+  small talk that only mentions them, and turns about their relatives. Their name alone
+  does not pick the turn.
+* facts change: people move, change jobs and employers (LIVES_IN, WORKS_AS, WORKS_AT, the
+  relations the local extractor treats as one-at-a-time). "Where does X live now?" is
+  answered by the later turn, "Where did X live before moving to Y?" by the earlier one.
+* questions by relation: "What does my landlord do for a living?", answered by a turn that
+  says "My landlord Tomasz works as..." (relation_linked) or only "Tomasz works as..." after
+  an earlier "My landlord is Tomasz." (relation_hop). Each such role belongs to one person.
+* paraphrased questions share little more than the name with the statement.
+* distractor turns share the question's words and the person's name but are about someone
+  else ("Priya's brother works as a welder").
+
+File format (read by cli/bench.py): {"turns": [[id, user, assistant], ...],
+"questions": [[question, answer_turn_id], ...]}, plus "meta" parallel to "questions":
+[category, person, kind, value, earlier_value_or_null] for reports and tests. Turns that no
+question references (small talk, mentions, distractors, role introductions) are what the
+benchmark pads a bank with; a superseded value's turn is always referenced (by a
+"previous" question), so padding never restates an old value as if it were new.
 """
 from __future__ import annotations
 
@@ -17,36 +40,91 @@ Olga Samir Greta Diego Noor Lars Elena Kofi Rosa Anton Mira Hugo Selin Viktor Le
 Luca Daria Milan Keiko Ruben Alma Stefan Ayla Nico Vera Imre Talia Bruno Freya Ravi Ottilie Joao
 Maren Idris Carmen Wanjiru Aurelio Signe Tariq Bettina Ciaran Eliska Farid Gianna Hamish Ilse
 Jasper Katya Lorenzo Magda""".split()
-RELS = ["sister", "brother", "cousin", "neighbour", "colleague", "friend", "aunt", "uncle",
-        "flatmate", "boss", "niece", "nephew", "godmother", "classmate", "landlord"]
+# One person each: "my <role>" names exactly one person (the extractor's functional roles).
+CORE_ROLES = ["landlord", "boss", "dentist", "accountant", "therapist", "lawyer", "barber",
+              "vet", "coach", "tutor", "physio", "optician"]
+# Roles people have several of: never asked about by role.
+RELS = ["cousin", "friend", "colleague", "neighbour", "classmate", "teammate", "flatmate",
+        "uncle", "aunt", "niece", "nephew", "brother", "sister"]
+KIN = ["brother", "sister", "flatmate", "partner", "colleague", "neighbour", "cousin", "son",
+       "daughter", "best friend"]
 CITIES = ["Leeds", "Porto", "Gdansk", "Tallinn", "Valencia", "Bergen", "Nairobi", "Osaka", "Quito",
           "Krakow", "Ghent", "Bologna", "Halifax", "Cork", "Lyon", "Tampere", "Brno", "Seville",
           "Dundee", "Utrecht", "Graz", "Aarhus", "Bilbao", "Turin", "Malmo"]
 JOBS = ["veterinarian", "pastry chef", "air traffic controller", "pharmacist", "carpenter",
         "translator", "radiologist", "firefighter", "architect", "beekeeper", "tax auditor",
         "marine biologist", "piano tuner", "locksmith", "midwife", "geologist", "sommelier",
-        "bus driver", "librarian", "dentist", "welder", "florist", "actuary", "zookeeper"]
+        "bus driver", "librarian", "welder", "florist", "actuary", "zookeeper", "electrician"]
+COMPANIES = ["Kestrel Foods", "Northwind Logistics", "Bluefin Analytics", "Harbour Bank",
+             "Copperleaf Games", "Redwood Clinic", "Silverline Rail", "Maple Insurance",
+             "Orchid Pharma", "Granite Builders", "Lumen Energy", "Falcon Airways"]
 MONTHS = ["January", "February", "March", "April", "May", "June", "July", "August", "September",
           "October", "November", "December"]
 ALLERGIES = ["peanuts", "shellfish", "cat hair", "penicillin", "pollen", "sesame", "latex",
              "bee stings", "gluten", "kiwi fruit", "dust mites", "mustard"]
 SPORTS = ["badminton", "water polo", "rock climbing", "fencing", "curling", "table tennis",
-          "rowing", "handball", "cricket", "judo", "lacrosse", "squash", "archery", "surfing"]
+          "rowing", "handball", "cricket", "judo", "lacrosse", "squash", "archery", "volleyball"]
+LANGUAGES = ["Portuguese", "Japanese", "Swahili", "Finnish", "Polish", "Greek", "Turkish",
+             "Korean", "Dutch", "Hungarian", "Tagalog", "Icelandic"]
 CARS = ["Skoda Octavia", "Volvo estate", "Fiat Panda", "Toyota Prius", "Mini Cooper",
-        "Tesla Model 3", "Renault Clio", "Subaru Outback", "Land Rover Defender", "VW campervan"]
-COLORS = ["red", "silver", "dark green", "white", "yellow", "navy blue", "orange", "black"]
+        "Tesla Model 3", "Renault Clio", "Subaru Outback", "Land Rover Defender", "Nissan Leaf"]
 PETS = ["a parrot", "two rabbits", "a tortoise", "a greyhound", "three goldfish", "a ferret",
         "a Maine Coon cat", "a hedgehog", "a corgi", "a chameleon"]
+TOPICS = ["volcanoes", "medieval castles", "jazz", "space probes", "sourdough", "chess openings",
+          "deep sea fish", "old maps", "bridges", "bees"]
 
-TEMPLATES = [  # (statement, paraphrased question)
-    ("My {rel} {name} lives in {city} now.", "In which town is {name} based these days?", "city"),
-    ("{name}, my {rel}, works as a {job}.", "What does {name} do for a living?", "job"),
-    ("My {rel} {name} has a birthday on {day} {month}.", "When should I congratulate {name} each year?", "date"),
-    ("{name} (my {rel}) is allergic to {allergy}.", "What must {name} avoid for health reasons?", "allergy"),
-    ("My {rel} {name} plays {sport} every weekend.", "Which sport keeps {name} busy on Saturdays and Sundays?", "sport"),
-    ("{name} drives a {color} {car}.", "What vehicle does {name} own?", "car"),
-    ("My {rel} {name} keeps {pet} at home.", "Does {name} have any animals in the house?", "pet"),
-]
+
+def _article(word: str) -> str:
+    return "an" if word[:1].lower() in "aeiou" else "a"
+
+
+# kind -> (values, statement predicate, plain question, paraphrased question, by-role question,
+#          distractor predicate about someone else)
+KINDS = {
+    "city": (CITIES, "lives in {v}", "Where does {n} live?", "In which town is {n} based?",
+             "Where does {n} live?", "lives in {v}"),
+    "job": (JOBS, "works as {a} {v}", "What does {n} work as?", "How does {n} earn a living?",
+            "What does {n} do for a living?", "works as {a} {v}"),
+    "employer": (COMPANIES, "works at {v}", "Which company does {n} work at?",
+                 "Which firm employs {n}?", "Which company does {n} work at?", "works at {v}"),
+    "sport": (SPORTS, "plays {v} every weekend", "What sport does {n} play every weekend?",
+              "How does {n} keep fit on Saturdays and Sundays?", "Which sport does {n} play?",
+              "plays {v} every weekend"),
+    "allergy": (ALLERGIES, "is allergic to {v}", "What is {n} allergic to?",
+                "What must {n} avoid for health reasons?", "What is {n} allergic to?",
+                "is allergic to {v}"),
+    "language": (LANGUAGES, "speaks {v} fluently", "Which language does {n} speak fluently?",
+                 "In which foreign tongue could I chat with {n}?",
+                 "Which language does {n} speak?", "speaks {v} fluently"),
+    "car": (CARS, "owns {a} {v}", "What car does {n} own?",
+            "What vehicle does {n} get around in?", "What car does {n} own?", "owns {a} {v}"),
+    "pet": (PETS, "keeps {v} at home", "Which pet does {n} keep at home?",
+            "Which animals share {n}'s house?", "Which pet does {n} have?", "keeps {v} at home"),
+    "hometown": (CITIES, "is from {v}", "Where is {n} from?",
+                 "What is {n}'s place of origin?", "Where is {n} from?", "is from {v}"),
+    "birthday": (None, "has a birthday on {v}", "When is {n}'s birthday?",
+                 "On what date should I congratulate {n} every year?",
+                 "When is {n}'s birthday?", "has a birthday on {v}"),
+}
+# functional relations the local extractor supersedes: (kind, new-value statements,
+# current-value questions, earlier-value question)
+UPDATES = {
+    "city": (["{s} just moved to {v}.", "{s} has moved to {v}.", "{s} relocated to {v} last month."],
+             ["Where does {n} live now?", "Which city is {n} living in at the moment?"],
+             "Where did {n} live before moving to {v}?"),
+    "job": (["{s} started a new job and now works as {a} {v}.", "{s} now works as {a} {v}."],
+            ["What does {n} do for work now?", "What is {n}'s current job?"],
+            "What did {n} do before working as {a} {v}?"),
+    "employer": (["{s} switched employers and now works at {v}.", "{s} now works at {v}."],
+                 ["Which company does {n} work at now?", "Who employs {n} at present?"],
+                 "Where did {n} work before joining {v}?"),
+}
+MENTIONS = ["I had coffee with {n} this morning.", "{n} came over for dinner and we watched a film.",
+            "{n} lent me a great book about {t}.", "Ran into {n} at the supermarket today.",
+            "{n} sent me a funny video about {t}.", "{n} recommended a podcast about {t}.",
+            "{n} helped me carry a sofa up the stairs.", "I still owe {n} a postcard."]
+MENTION_REPLIES = ["Sounds nice!", "Ha, lovely.", "That's kind of them.", "Fun!"]
+ACKS = ["Got it, thanks for telling me.", "Noted!", "Good to know.", "Thanks, I'll keep that in mind."]
 FILLER = [
     ("Can you suggest something quick for dinner tonight?", "How about a vegetable stir-fry with rice?"),
     ("What's a good way to stay focused while working from home?", "Try time-boxing with short breaks."),
@@ -61,41 +139,157 @@ FILLER = [
     ("What's a polite way to decline a meeting?", "Thank them, say you can't attend, offer an alternative."),
     ("How do plants know which way is up?", "Gravity-sensing cells guide roots down and shoots up."),
 ]
+CATEGORIES = ["same_person", "paraphrase", "distractor", "update", "previous",
+              "relation_linked", "relation_hop"]
 
 
-def build(seed: int = 7, facts_per_name: int = 4) -> dict:
+def _value(kind: str, rng: random.Random, taken: set[str]) -> str:
+    values = KINDS[kind][0]
+    while True:
+        v = (f"{rng.randint(1, 28)} {rng.choice(MONTHS)}" if values is None else rng.choice(values))
+        if v not in taken:
+            taken.add(v)
+            return v
+
+
+def _pred(template: str, v: str) -> str:
+    return template.format(v=v, a=_article(v))
+
+
+class _Turn:
+    def __init__(self, user: str, assistant: str):
+        self.user, self.assistant, self.id = user, assistant, None
+
+
+def build(seed: int = 7, n_core: int = 12, n_peripheral: int = 64, n_filler: int = 29) -> dict:
+    """The data set; the default build fits the quick benchmark's 500 turns."""
     rng = random.Random(seed)
-    facts = []
-    for n, name in enumerate(NAMES):
-        rel = RELS[n % len(RELS)]
-        for template in rng.sample(TEMPLATES, facts_per_name):
-            values = dict(name=name, rel=rel, city=rng.choice(CITIES), job=rng.choice(JOBS),
-                          day=rng.randint(1, 28), month=rng.choice(MONTHS),
-                          allergy=rng.choice(ALLERGIES), sport=rng.choice(SPORTS),
-                          car=rng.choice(CARS), color=rng.choice(COLORS), pet=rng.choice(PETS))
-            facts.append((template[0].format(**values), template[1].format(**values)))
-    rng.shuffle(facts)
-    turns, questions = [], []
-    f = 0
-    acks = ["Got it, thanks for telling me.", "Noted!", "Good to know.", "Thanks, I'll keep that in mind."]
-    while f < len(facts):
-        if rng.random() < 0.32:
-            user, answer = rng.choice(FILLER)
-        else:
-            user, answer = facts[f][0], rng.choice(acks)
-            questions.append([facts[f][1], f"t{len(turns) + 1:04d}"])
-            f += 1
-        turns.append([f"t{len(turns) + 1:04d}", user, answer])
-    return {"about": "Generated by testing/make_recall_data.py (seed %d): persona facts across many "
-                     "turns; each question's answer is the id of the turn that stated it." % seed,
-            "turns": turns, "questions": questions}
+    assert n_core <= len(CORE_ROLES) and n_core + n_peripheral <= len(NAMES)
+    queues: list[list[_Turn]] = []           # per person, in the order said
+    loose: list[_Turn] = []                  # distractors and small talk: anywhere
+    questions: list[tuple[str, _Turn, list]] = []   # (question, answer turn, meta)
+
+    def ask(q: str, turn: _Turn, category: str, name: str, kind: str, value: str,
+            earlier: str | None = None) -> None:
+        questions.append((q, turn, [category, name, kind, value, earlier]))
+
+    def distractors(name: str, kind: str, taken: set[str], count: int) -> None:
+        for kin in rng.sample(KIN, count):
+            v = _value(kind, rng, set(taken))          # never the person's own value
+            loose.append(_Turn(f"{name}'s {kin} {_pred(KINDS[kind][5], v)}.", rng.choice(ACKS)))
+
+    people = [(name, CORE_ROLES[i] if i < n_core else RELS[i % len(RELS)], i < n_core)
+              for i, name in enumerate(NAMES[:n_core + n_peripheral])]
+    for name, role, core in people:
+        taken: set[str] = set()
+        kinds = rng.sample(list(KINDS), 7 if core else 4)
+        # which functional facts change: most core people move, some change jobs/employers
+        updated = [k for k in kinds if k in UPDATES and rng.random() < (0.6 if core else 0.35)]
+        values = {k: _value(k, rng, taken) for k in kinds}
+        new_values = {k: _value(k, rng, taken) for k in updated}
+        queue: list[_Turn] = []
+        facts: dict[str, _Turn] = {}
+        linked: dict[str, bool] = {}
+        if core:
+            queue.append(_Turn(f"My {role} is {name}.", rng.choice(ACKS)))
+        first = True
+        pending = list(kinds)
+        rng.shuffle(pending)
+        while pending:
+            kind = pending.pop()
+            if core:
+                link = rng.random() < 0.35
+                subject = f"My {role} {name}" if link else name
+            else:
+                link = False
+                subject = f"My {role} {name}" if first else name
+            first = False
+            text = f"{subject} {_pred(KINDS[kind][1], values[kind])}"
+            turn = _Turn("", rng.choice(ACKS))
+            facts[kind], linked[kind] = turn, link
+            # peripheral people: sometimes two facts in one turn
+            if not core and pending and rng.random() < 0.4:
+                other = pending.pop()
+                text += f" and {_pred(KINDS[other][1], values[other])}"
+                facts[other], linked[other] = turn, link
+            turn.user = text + "."
+            queue.append(turn)
+        if core:
+            for _ in range(4):
+                queue.append(_Turn(rng.choice(MENTIONS).format(n=name, t=rng.choice(TOPICS)),
+                                   rng.choice(MENTION_REPLIES)))
+            queue[1:] = rng.sample(queue[1:], len(queue) - 1)
+        # updates come after the statement they replace
+        new_turns: dict[str, _Turn] = {}
+        for kind in updated:
+            link = core and rng.random() < 0.35
+            subject = f"My {role} {name}" if link else name
+            v = new_values[kind]
+            turn = _Turn(rng.choice(UPDATES[kind][0]).format(s=subject, v=v, a=_article(v)),
+                         rng.choice(ACKS))
+            at = queue.index(facts[kind])
+            queue.insert(rng.randint(at + 1, len(queue)), turn)
+            new_turns[kind], linked[kind + ":new"] = turn, link
+        queues.append(queue)
+
+        # questions
+        by_role = set(rng.sample(kinds, 4)) if core else set()
+        for kind in kinds:
+            if kind in updated:
+                v, old = new_values[kind], values[kind]
+                ask(rng.choice(UPDATES[kind][1]).format(n=name), new_turns[kind], "update",
+                    name, kind, v, old)
+                ask(UPDATES[kind][2].format(n=name, v=v, a=_article(v)), facts[kind], "previous",
+                    name, kind, old)
+                if kind in by_role:
+                    q = KINDS[kind][4].format(n=f"my {role}").rstrip("?") + " now?"
+                    cat = "relation_linked" if linked[kind + ":new"] else "relation_hop"
+                    ask(q[0].upper() + q[1:], new_turns[kind], cat, name, kind, v, old)
+                continue
+            v = values[kind]
+            if kind in by_role:
+                cat = "relation_linked" if linked[kind] else "relation_hop"
+                ask(KINDS[kind][4].format(n=f"my {role}"), facts[kind], cat, name, kind, v)
+            style = rng.choice(["same_person", "paraphrase", "distractor"])
+            if style == "paraphrase":
+                ask(KINDS[kind][3].format(n=name), facts[kind], "paraphrase", name, kind, v)
+            else:
+                ask(KINDS[kind][2].format(n=name), facts[kind], style, name, kind, v)
+                if style == "distractor":
+                    distractors(name, kind, taken, 1)
+
+    loose += [_Turn(*rng.choice(FILLER)) for _ in range(n_filler)]
+    # interleave: people's turns keep their order; loose turns land anywhere
+    stream: list[_Turn] = []
+    remaining = [list(q) for q in queues]
+    while any(remaining):
+        weights = [len(q) for q in remaining]
+        q = rng.choices(remaining, weights=weights)[0]
+        stream.append(q.pop(0))
+    for turn in loose:
+        stream.insert(rng.randint(0, len(stream)), turn)
+    for n, turn in enumerate(stream, 1):
+        turn.id = f"t{n:04d}"
+    order = {id(t): n for n, t in enumerate(stream)}
+    questions.sort(key=lambda x: order[id(x[1])])
+    return {"about": "Generated by testing/make_recall_data.py (seed %d): the user's people across "
+                     "many turns, with updates, relations, paraphrases and distractors; each "
+                     "question's answer is the id of the one turn that states it; meta is "
+                     "[category, person, kind, value, earlier value]." % seed,
+            "turns": [[t.id, t.user, t.assistant] for t in stream],
+            "questions": [[q, t.id] for q, t, _ in questions],
+            "meta": [m for _, _, m in questions]}
 
 
 def main() -> None:
     OUT.parent.mkdir(parents=True, exist_ok=True)
     data = build()
     OUT.write_text(json.dumps(data, indent=0) + "\n", encoding="utf-8")
-    print(f"{OUT}: {len(data['turns'])} turns, {len(data['questions'])} questions")
+    counts: dict[str, int] = {}
+    for m in data["meta"]:
+        counts[m[0]] = counts.get(m[0], 0) + 1
+    print(f"{OUT}: {len(data['turns'])} turns, {len(data['questions'])} questions: "
+          + ", ".join(f"{c} {counts.get(c, 0)}" for c in CATEGORIES))
 
 
 if __name__ == "__main__":
