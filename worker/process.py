@@ -479,6 +479,13 @@ class WorkerServer:
             resp = P.error_response(msg.id, redact.redact(
                 f"bad parameters for {msg.op}: {where}: {first.get('msg', exc)}"), "BadRequest")
         except Exception as exc:
+            if isinstance(exc, ValidationError):
+                # Raised inside the operation (the request's parameters were valid): graphiti's
+                # models rejecting a provider's malformed answer. A provider error, retryable.
+                first = exc.errors()[0] if exc.errors() else {}
+                exc = _ModelAnswerProviderError(
+                    f"the model's answer could not be used ({exc.title}: "
+                    f"{str(first.get('msg', ''))[:200]}); the turn will be retried")
             expected = type(exc).__name__.endswith(("EngineError", "StoreError", "LockedError",
                                                      "MismatchError", "ProviderError"))
             if expected or spec.test:
@@ -486,7 +493,8 @@ class WorkerServer:
             else:
                 log.exception("%s %s failed", msg.op, msg.id)
             resp = P.error_response(msg.id, redact.redact(str(exc) or type(exc).__name__),
-                                    type(exc).__name__)
+                                    "ProviderError" if isinstance(exc, _ModelAnswerProviderError)
+                                    else type(exc).__name__)
         finally:
             if entered:
                 await self.gate.leave(spec.exclusive)
@@ -617,6 +625,10 @@ class WorkerServer:
             reason = self._recycle_reason()
             if reason:
                 self.begin_stop(reason, recycle=True)
+
+
+class _ModelAnswerProviderError(RuntimeError):
+    """A ValidationError raised during an operation: the provider's answer, not the caller."""
 
 
 class _BadParams(Exception):

