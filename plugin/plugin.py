@@ -606,6 +606,8 @@ class Plugin(BasePlugin):
         parts = [f"{counts.get('pending', 0)} pending"]
         if counts.get("failed"):
             parts.append(f"{counts['failed']} failed")
+        if counts.get("skipped"):
+            parts.append(f"{counts['skipped']} skipped by memory mode")
         if counts.get("paused_reason"):
             parts.append(str(counts["paused_reason"]))
         parts.append(f"worker {st.get('state', 'starting')}")
