@@ -87,6 +87,15 @@ REMOVED, IN_FLIGHT, ABSENT = "removed", "in_flight", "absent"
 _SLOT_RE = re.compile(r"ingest-(\d+)\.jsonl")
 
 
+def _skipped_ids(report: Any) -> set[str]:
+    """The turn ids a sink's report says the worker skipped on purpose (IngestReport.skipped)."""
+    skipped = report.get("skipped") if isinstance(report, dict) else getattr(report, "skipped", None)
+    try:
+        return {str(k) for k in (skipped or {})}
+    except TypeError:
+        return set()
+
+
 class IngestError(Exception):
     """What a sink raises to say how a failure should be handled.
 
@@ -301,6 +310,7 @@ class IngestQueue:
         self._journal: list[tuple[str, _Entry, bool]] = []   # (op, entry, urgent) for the writer
         self._unspooled = 0
         self._done = 0
+        self._skipped = 0       # handled, but skipped on purpose by the worker (memory mode, prune)
         self._done_keys: set[tuple[str, str]] = set()
         self._dropped_n = 0
         self._dropped: deque[DroppedTurn] = deque(maxlen=DROPPED_KEPT)
@@ -529,7 +539,8 @@ class IngestQueue:
             return {
                 "pending": self._npending,
                 "in_flight": len(self._inflight),
-                "done": self._done,
+                "done": self._done,             # stored (or already stored, unchanged)
+                "skipped": self._skipped,       # not stored on purpose: the memory mode's gate, prune
                 "dropped": self._dropped_n,
                 "failed": len(self._failed),
                 "paused_reason": self._paused,
@@ -747,6 +758,7 @@ class IngestQueue:
             for entry in batch:
                 self._inflight.pop(entry.uid, None)
             if error is None:
+                skipped = _skipped_ids(report)
                 for entry in batch:
                     entry.state = "done"
                     self._journal.append(("del", entry, entry.forget))
@@ -754,7 +766,9 @@ class IngestQueue:
                         self._done_keys.add((bank, entry.turn.id))
                     if entry.forget:
                         forget.append(entry.turn.id)
-                self._done += len(batch)
+                nskip = sum(1 for entry in batch if entry.turn.id in skipped)
+                self._skipped += nskip
+                self._done += len(batch) - nskip
                 self._parked.pop(bank, None)
             else:
                 self._handle_failure(bank, batch, error)

@@ -595,7 +595,7 @@ class Driver:
 
     def stored(self, n: int) -> bool:
         c = self.queue_counts()
-        return c.get("pending") == 0 and c.get("in_flight") == 0 and (c.get("done") or 0) >= n
+        return c.get("pending") == 0 and c.get("in_flight") == 0 and (c.get("done") or 0) + (c.get("skipped") or 0) >= n
 
     def queue_counts(self) -> dict:
         q = getattr(self.plugin, "queue", None)

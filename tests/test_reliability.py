@@ -103,3 +103,40 @@ def test_a_malformed_llm_answer_is_a_retryable_provider_error_not_a_bad_request(
         answer = P.decode(sock.makefile("rb").readline())
     assert not answer.ok and answer.error.type == "BadRequest"
     assert "bad parameters for ingest" in answer.error.message
+
+
+# ── turns the memory mode skips on purpose ────────────────────────────────────────────────
+@pytest.fixture
+def host(tmp_path):
+    from memoryplus.plugin.plugin import Plugin
+    from memoryplus.testing.pygpt_host import HostWindow
+    windows = []
+
+    def make(workdir=None, **values):
+        window = HostWindow(workdir or tmp_path / "pygpt")
+        plugin = Plugin()
+        stored = window.core.config.data.setdefault("plugins", {}).setdefault("memoryplus", {})
+        stored.update({"extraction_engine": "local", "embedding_provider": "local",
+                       "engine_mode": "persistent", **values})
+        window.register(plugin)
+        plugin._ensure_started()
+        windows.append((window, plugin))
+        return window, plugin
+
+    yield make
+    for window, plugin in windows:
+        plugin.destroy()
+
+
+@pytest.mark.option("memory_mode")
+def test_turns_the_memory_gate_skips_are_counted_and_shown_apart_from_stored_ones(host):
+    from memoryplus.testing.pygpt_host import chat_turn
+    window, plugin = host(memory_mode="MemoryGate")
+    chat_turn(window, "hi thanks", "You're welcome!", ctx_id=1)
+    chat_turn(window, "My dentist is Dr Okafor in Leipzig.", "Noted.", ctx_id=2)
+    chat_turn(window, "ok cool", "Great.", ctx_id=3)
+    assert plugin.queue.flush(timeout=120), plugin.queue.counts()
+    counts = plugin.queue.counts()
+    assert counts["done"] == 1 and counts["skipped"] == 2 and counts["failed"] == 0, counts
+    assert "2 skipped by memory mode" in plugin.status_text()
+    assert plugin.client.call("stats", {"bank": "default"}, timeout=60)["episodes"] == 1

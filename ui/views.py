@@ -654,6 +654,7 @@ class QueueView(View):
         queue_box = form("Ingestion queue", [("pending", "Pending"), ("in_flight", "In flight"),
                                              ("retrying", "Retrying"), ("failed", "Failed"),
                                              ("dropped", "Dropped"), ("done", "Stored this session"),
+                                             ("skipped", "Skipped by memory mode"),
                                              ("paused", "Paused")], wide=("paused",))
         worker_box = form("Worker", [("state", "State"), ("pid", "Process id"), ("uptime", "Uptime"),
                                      ("rss", "Memory (RSS)"), ("mode", "Engine mode"),
@@ -739,12 +740,12 @@ class QueueView(View):
         plugin = self.b.plugin
         q = plugin.queue
         if q is None:
-            for key in ("pending", "in_flight", "retrying", "failed", "dropped", "done", "paused"):
+            for key in ("pending", "in_flight", "retrying", "failed", "dropped", "done", "skipped", "paused"):
                 v[key].setText("—")
             v["paused"].setText("MemoryPlus is not running")
         else:
             c = q.counts()
-            for key in ("pending", "in_flight", "retrying", "failed", "dropped", "done"):
+            for key in ("pending", "in_flight", "retrying", "failed", "dropped", "done", "skipped"):
                 v[key].setText(fmt_count(c.get(key, 0)))
             v["paused"].setText(str(c.get("paused_reason") or "no"))
             failed = q.failed()
