@@ -368,3 +368,14 @@ async def test_search_depth_is_the_candidate_pool(make_engine, tmp_path):
     assert len(few) <= 2 * 3, "at most search_depth candidates of each kind"
     assert len(many) > len(few)
     assert len(await deep.search(BANK, "zebra lives in zoo", limit=4)) == 4, "the limit cuts the fused list"
+
+
+async def test_writes_are_flushed_from_the_log_once_the_bank_is_idle(engine):
+    """A write batch leaves its changes in Kuzu's write-ahead log (durable, but replayed after a
+    crash); the idle maintenance flushes it, so a crash after a quiet moment needs no repair."""
+    await engine.ingest("idle", [turn(1, "My godmother Signe lives in Bergen.")])
+    wal = engine.banks["idle"].dir / "graph.kuzu.wal"
+    assert wal.exists() and wal.stat().st_size > 0, "the batch was flushed at once"
+    await engine.maintain()
+    assert not wal.exists() or wal.stat().st_size == 0
+    assert "Bergen" in texts(await engine.search("idle", "Where does Signe live?"))

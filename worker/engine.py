@@ -67,6 +67,9 @@ SUMMARY_MAX = 1000
 # How many parameterized queries a Kuzu bank serves before it is reopened (when idle):
 # Kuzu's native memory grows with each one (reference/graphiti-kuzu.md §5).
 RECYCLE_AFTER_QUERIES = 2000
+# Under a steady write load the write-ahead log is flushed at most this often (a CHECKPOINT
+# costs ~150 ms and blocks searches); an idle bank is flushed by maintain() within seconds.
+CHECKPOINT_EVERY_S = 10.0
 # Fusion weights, tuned on tests/data retrieval set (see tests/test_retrieval_quality.py):
 # keyword hits on raw turns are the strongest single signal on chat data; facts add precision.
 KIND_WEIGHT = {"episode": 1.0, "fact": 0.9, "entity": 0.5}
@@ -219,6 +222,8 @@ class Bank:
     entities: dict[str, tuple[str, str]] | None = None  # lower name -> (uuid, name)
     active: int = 0
     opened_at: float = field(default_factory=time.monotonic)
+    checkpointed_at: float = field(default_factory=time.monotonic)
+    unflushed: bool = False     # writes not yet checkpointed
 
     @property
     def provider(self) -> GraphProvider:
@@ -365,6 +370,8 @@ class MemoryEngine:
         whether anything was recycled. The worker calls this when idle."""
         recycled = False
         for bank in list(self.banks.values()):
+            if bank.unflushed and bank.active == 0 and not bank.write_lock.locked():
+                await self._checkpoint(bank)
             if (bank.provider == GraphProvider.KUZU and bank.active == 0
                     and not bank.write_lock.locked()
                     and getattr(bank.driver, "queries", 0) > RECYCLE_AFTER_QUERIES):
@@ -463,8 +470,21 @@ class MemoryEngine:
                 report.stored.append(turn.id)
             report.llm_calls = self._settle_usage(bank, pruned=pruned, skipped_by_gate=gated)
             if report.stored or report.replaced:
-                await checkpoint(bank.driver)
+                await self._written(bank)
         return report
+
+    async def _written(self, bank: Bank) -> None:
+        """After a write batch: flush the log now if the last flush is old, else when idle.
+        What is not flushed is still durable in the log; a crash before the flush costs a
+        replay and an index rebuild at the next open (store.open_kuzu)."""
+        if time.monotonic() - bank.checkpointed_at >= CHECKPOINT_EVERY_S:
+            await self._checkpoint(bank)
+        else:
+            bank.unflushed = True
+
+    async def _checkpoint(self, bank: Bank) -> None:
+        await checkpoint(bank.driver)
+        bank.unflushed, bank.checkpointed_at = False, time.monotonic()
 
     def _insights(self, body: str) -> insight_rules.Insights:
         s = self.settings
@@ -598,18 +618,27 @@ class MemoryEngine:
                                                           if node.uuid in (e.source_node_uuid, e.target_node_uuid)])
         mentions = [EpisodicEdge(source_node_uuid=episode.uuid, target_node_uuid=u, group_id=bank.slug,
                                  created_at=now) for u in touched]
-        await add_nodes_and_edges_bulk(bank.driver, [], mentions, list(new_nodes.values()), new_edges,
-                                       bank.embedder)
+        if bank.provider == GraphProvider.KUZU:
+            # graphiti saves Kuzu rows one query each (its UNWIND cannot carry Kuzu's STRUCT
+            # lists); mentions are flat, so they go in one query.
+            await add_nodes_and_edges_bulk(bank.driver, [], [], list(new_nodes.values()), new_edges,
+                                           bank.embedder)
+            if mentions:
+                await self._query(bank, "save_mentions", rows=[
+                    {"source": m.source_node_uuid, "target": m.target_node_uuid, "uuid": m.uuid,
+                     "group_id": m.group_id, "created_at": m.created_at} for m in mentions])
+        else:
+            await add_nodes_and_edges_bulk(bank.driver, [], mentions, list(new_nodes.values()), new_edges,
+                                           bank.embedder)
         # Existing entities learn the new facts in their summaries (appended, bounded).
-        for u in touched:
-            if u in new_nodes:
-                continue
-            facts = [e.fact for e in new_edges if u in (e.source_node_uuid, e.target_node_uuid)]
-            if facts:
-                rows = await self._query(bank, "entities_by_uuid", uuids=[u])
-                if rows:
-                    summary = self._append_summary(rows[0]["summary"] or "", facts)
-                    await self._query(bank, "set_summary", uuid=u, summary=summary)
+        learned = {u: [e.fact for e in new_edges if u in (e.source_node_uuid, e.target_node_uuid)]
+                   for u in touched if u not in new_nodes}
+        learned = {u: facts for u, facts in learned.items() if facts}
+        if learned:
+            rows = await self._query(bank, "entities_by_uuid", uuids=list(learned))
+            await self._query(bank, "set_summaries", rows=[
+                {"uuid": r["uuid"], "summary": self._append_summary(r["summary"] or "", learned[r["uuid"]])}
+                for r in rows])
         return [e.uuid for e in new_edges] + kept_edges
 
     @staticmethod
@@ -798,7 +827,7 @@ class MemoryEngine:
                 rows = await self._episodes(bank, episodes)
                 report.sources = [EpisodeMeta.parse(r["name"], u).id for u, r in rows.items()]
                 report.episodes_removed = await self._remove_episodes(bank, list(rows))
-                await checkpoint(bank.driver)
+                await self._checkpoint(bank)
         return report
 
     async def _episodes_behind(self, bank: Bank, ids: list[str]) -> tuple[list[str], set[str]]:
@@ -1125,7 +1154,7 @@ class MemoryEngine:
                 problems.append(f"line {i}: {type(exc).__name__}: {exc}"[:300])
         async with bank.write_lock:
             await add_nodes_and_edges_bulk(bank.driver, eps, mentions, ents, facts, bank.embedder)
-            await checkpoint(bank.driver)
+            await self._checkpoint(bank)
             bank.entities = None
         return {"episodes": len(eps), "entities": len(ents), "facts": len(facts),
                 "mentions": len(mentions), "problems": problems}

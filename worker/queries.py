@@ -6,6 +6,8 @@ Every query is parameterized: no user text or bank name is ever spliced into Cyp
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 from graphiti_core.driver.driver import GraphProvider
 
 K, N = GraphProvider.KUZU, GraphProvider.NEO4J
@@ -22,7 +24,11 @@ _EPISODE_FIELDS = ("e.uuid AS uuid, e.name AS name, e.content AS content, e.vali
 
 
 def q(name: str, provider: GraphProvider) -> str:
-    p = K if provider == K else N
+    return _queries(K if provider == K else N)[name]
+
+
+@lru_cache(maxsize=None)
+def _queries(p: GraphProvider) -> dict[str, str]:
     fact = _FACT[p]
     queries = {
         "episodes_by_uuid": f"MATCH (e:Episodic) WHERE e.uuid IN $uuids RETURN {_EPISODE_FIELDS}",
@@ -53,6 +59,12 @@ def q(name: str, provider: GraphProvider) -> str:
         "current_facts_from": (f"MATCH {fact} WHERE s.uuid = $source AND r.name = $relation "
                                f"AND r.expired_at IS NULL RETURN {_FACT_FIELDS}"),
         "set_summary": "MATCH (n:Entity) WHERE n.uuid = $uuid SET n.summary = $summary",
+        # one query per batch, not per row: each Kuzu query costs a few ms of fixed overhead
+        "set_summaries": ("UNWIND $rows AS r MATCH (n:Entity) WHERE n.uuid = r.uuid "
+                          "SET n.summary = r.summary"),
+        "save_mentions": ("UNWIND $rows AS r MATCH (e:Episodic {uuid: r.source}) "
+                          "MATCH (n:Entity {uuid: r.target}) MERGE (e)-[m:MENTIONS {uuid: r.uuid}]->(n) "
+                          "SET m.group_id = r.group_id, m.created_at = r.created_at"),
         "set_fact_episodes": (f"MATCH {fact} WHERE r.uuid = $uuid SET r.episodes = $episodes"),
         "expire_fact": (f"MATCH {fact} WHERE r.uuid = $uuid "
                         "SET r.invalid_at = $invalid_at, r.expired_at = $expired_at"),
@@ -83,4 +95,4 @@ def q(name: str, provider: GraphProvider) -> str:
                                            "CALL db.create.setNodeVectorProperty(n, 'name_embedding', $embedding)")
         queries["set_fact_embedding"] = ("MATCH ()-[r:RELATES_TO]->() WHERE r.uuid = $uuid "
                                          "CALL db.create.setRelationshipVectorProperty(r, 'fact_embedding', $embedding)")
-    return queries[name]
+    return queries
