@@ -8,9 +8,11 @@ random (seeded) every kind of fault at least once:
 - the worker SIGKILLed mid-ingest and mid-search (the pid from client.status());
 - PyGPT "quitting" with a full queue and restarting on the same workdir (spool replay);
 - a bank locked by another process for a while (a read-only Kuzu open in a child process);
-- spool writes failing for a while: an I/O fault hook patched into *this process only*
-  (``memoryplus.plugin.queue._write_all`` raises EIO), so that neither plugin/queue.py nor
-  the worker needed an edit; the worker's store layer has no such hook (see the report);
+- writes failing for a while, in both layers: spool writes through an I/O fault hook patched
+  into *this process only* (``memoryplus.plugin.queue._write_all`` raises EIO), and Kuzu
+  writes in the worker through the store's test fault hook (``worker/store.py``,
+  ``store_write_fault``: a fault file in the bank storage directory, honoured only with
+  MEMORYPLUS_TEST_HOOKS=1, which this run sets for its workers);
 - settings changed mid-run; turns forgotten with /forget_that and with forget-by-id.
 
 At the end it stops the faults, retries the failed turns, flushes, exports every bank and
@@ -67,6 +69,35 @@ class _WriteFault:
         self.qmod._write_all = self.original
 
 
+class _StoreFault:
+    """The worker's store fault hook: while the file holds a future time, every Kuzu write of
+    the worker fails with EIO (StoreError, retried by the queue); the worker counts its hits."""
+
+    def __init__(self):
+        self.storage: Path | None = None
+
+    def on(self, storage: Path, seconds: float) -> None:
+        from memoryplus.worker.store import TEST_STORE_FAULT_FILE
+        self.storage = storage
+        storage.mkdir(parents=True, exist_ok=True)
+        (storage / TEST_STORE_FAULT_FILE).write_text(str(time.time() + seconds))
+
+    def off(self) -> None:
+        from memoryplus.worker.store import TEST_STORE_FAULT_FILE
+        if self.storage is not None:
+            (self.storage / TEST_STORE_FAULT_FILE).write_text("0")
+
+    @property
+    def hits(self) -> int:
+        from memoryplus.worker.store import TEST_STORE_FAULT_FILE
+        if self.storage is None:
+            return 0
+        try:
+            return (self.storage / (TEST_STORE_FAULT_FILE + ".hits")).read_text().count("\n")
+        except OSError:
+            return 0
+
+
 class Chaos:
     def __init__(self, turns: int, seed: int, workdir: Path, log=print):
         self.n = turns
@@ -94,6 +125,7 @@ class Chaos:
         self.plugin = None
         self.server = None
         self.write_fault = _WriteFault()
+        self.store_fault = _StoreFault()
         self.worker_pids: set[int] = set()
         self.kill_times: list[float] = []
         self.events: list[tuple[int, str]] = []
@@ -303,7 +335,10 @@ class Chaos:
         return proc
 
     def _write_error(self) -> None:
-        self.write_fault.until = time.monotonic() + self.rng.uniform(0.5, 1.5)
+        from memoryplus.worker.banks import BankDirectory
+        seconds = self.rng.uniform(0.5, 1.5)
+        self.write_fault.until = time.monotonic() + seconds          # the spool (this process)
+        self.store_fault.on(BankDirectory(self.plugin.banks_dir(), "kuzu").base, seconds)  # Kuzu (worker)
         self.faults["write_error"] += 1
         for _ in range(2):
             self._turn()
@@ -415,6 +450,9 @@ class Chaos:
             "batch_delay_ms": 0, "retry_attempts": 3, "retry_backoff_ms": 100, "queue_size": 200,
         }
         redact.register(self.api_key, self.neo4j_password)
+        from memoryplus.worker import protocol as P
+        hooks_before = os.environ.get(P.TEST_HOOKS_ENV)
+        os.environ[P.TEST_HOOKS_ENV] = "1"     # the workers honour the store fault hook
         self.write_fault.install()
         exceptions: list[str] = []
         try:
@@ -440,6 +478,10 @@ class Chaos:
             result = self._finish(exceptions)
         finally:
             self.write_fault.uninstall()
+            if hooks_before is None:
+                os.environ.pop(P.TEST_HOOKS_ENV, None)
+            else:
+                os.environ[P.TEST_HOOKS_ENV] = hooks_before
             if self.plugin is not None:
                 try:
                     self._stop_app()
@@ -475,6 +517,7 @@ class Chaos:
         from memoryplus.worker.banks import episode_uuid, slug
         self.server.clear_faults()
         self.write_fault.until = 0.0
+        self.store_fault.off()
         q = self.plugin.queue
         q.resume()
         if self.plugin.client.status().get("state") == "broken":   # the user's "Restart worker"
@@ -559,6 +602,7 @@ class Chaos:
             "faults": dict(self.faults), "worker_kills": dict(self.kill_where),
             "llm_faults_applied": {k: int(v) for k, v in self.server.faults_applied.items()},
             "spool_write_errors_injected": self.write_fault.hits,
+            "store_write_errors_injected": self.store_fault.hits,
             "worker_restarts": st.get("restarts"), "worker_rss_mb": st.get("rss_mb"),
             "events": [f"turn {t}: {e}" for t, e in self.events],
         }
@@ -648,6 +692,8 @@ def print_result(result: dict, out=sys.stdout) -> None:
     for k in keys:
         print(f"{k:>18}: {result.get(k)}", file=out)
     print(f"{'faults':>18}: " + ", ".join(f"{k}={v}" for k, v in result["faults"].items()), file=out)
+    print(f"{'write errors':>18}: spool {result.get('spool_write_errors_injected')}, "
+          f"store {result.get('store_write_errors_injected')}", file=out)
     print(f"{'seed':>18}: {result.get('seed')}   ({result.get('seconds')} s)", file=out)
     if result.get("exceptions"):
         print(f"{'exceptions':>18}: " + "; ".join(result["exceptions"][:5]), file=out)

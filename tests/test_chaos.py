@@ -23,5 +23,8 @@ def test_small_chaos_run_loses_and_leaks_nothing(tmp_path):
         assert result[key] == 0, f"{key}: {detail}"
     for kind in FAULT_KEYS:
         assert result["faults"][kind] >= 1, f"fault {kind} never injected: {detail}"
+    # write faults hit the spool (this process) and the store (Kuzu writes in the worker)
+    assert isinstance(written["store_write_errors_injected"], int)
+    assert written["spool_write_errors_injected"] + written["store_write_errors_injected"] >= 1, detail
     accounted = result["stored"] + result["dropped_by_policy"] + result["skipped_by_mode"] + result["forgotten"]
     assert accounted == result["turns"], detail

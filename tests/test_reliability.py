@@ -140,3 +140,48 @@ def test_turns_the_memory_gate_skips_are_counted_and_shown_apart_from_stored_one
     assert counts["done"] == 1 and counts["skipped"] == 2 and counts["failed"] == 0, counts
     assert "2 skipped by memory mode" in plugin.status_text()
     assert plugin.client.call("stats", {"bank": "default"}, timeout=60)["episodes"] == 1
+
+
+# ── store write faults (the worker's I/O fault hook) ──────────────────────────────────────
+def test_turns_written_during_a_store_write_fault_are_retried_and_stored_once(host, monkeypatch):
+    from memoryplus.testing.pygpt_host import chat_turn
+    from memoryplus.worker.banks import BankDirectory
+    from memoryplus.worker.store import TEST_STORE_FAULT_FILE
+    monkeypatch.setenv(P.TEST_HOOKS_ENV, "1")          # the hook is inert without it
+    window, plugin = host(retry_attempts=8, retry_backoff_ms=100, batch_size=1, batch_delay_ms=0)
+    chat_turn(window, "My sister Ilse lives in Graz.", "Noted.", ctx_id=1)
+    assert plugin.queue.flush(timeout=120), plugin.queue.counts()
+    storage = BankDirectory(plugin.banks_dir(), "kuzu").path("default").parent
+    fault, hits = storage / TEST_STORE_FAULT_FILE, storage / (TEST_STORE_FAULT_FILE + ".hits")
+
+    fault.write_text(str(time.time() + 1.5))           # every write fails with EIO for 1.5 s
+    for i, city in enumerate(["Lyon", "Turku", "Cadiz"], start=2):
+        chat_turn(window, f"My colleague Person{i} moved to {city}.", "Noted.", ctx_id=i)
+    assert plugin.queue.flush(timeout=120), plugin.queue.counts()
+    counts = plugin.queue.counts()
+    assert hits.exists() and hits.read_text().count("\n") >= 1, "the fault really hit the store"
+    assert counts["failed"] == 0 and counts["done"] == 4, counts
+
+    episodes = [r for r in plugin.client.call("export", {"bank": "default"}, timeout=60)
+                if r["type"] == "episode"]
+    ids = sorted(json.loads(e["name"])["id"] for e in episodes)
+    assert ids == sorted(f"pygpt:1:{i}" for i in range(1, 5)), "every turn once, none twice"
+    assert all(json.loads(e["name"])["state"] == "complete" for e in episodes)
+    for city in ("Lyon", "Turku", "Cadiz"):
+        results = plugin.client.call("search", {"bank": "default", "query": city}, timeout=60)
+        assert any(city in r["text"] for r in results), city
+
+
+def test_the_store_fault_file_is_inert_without_test_hooks(host, monkeypatch):
+    from memoryplus.testing.pygpt_host import chat_turn
+    from memoryplus.worker.banks import BankDirectory
+    from memoryplus.worker.store import TEST_STORE_FAULT_FILE
+    monkeypatch.delenv(P.TEST_HOOKS_ENV, raising=False)
+    window, plugin = host()
+    storage = BankDirectory(plugin.banks_dir(), "kuzu").path("default").parent
+    storage.mkdir(parents=True, exist_ok=True)
+    (storage / TEST_STORE_FAULT_FILE).write_text(str(time.time() + 3600))
+    chat_turn(window, "My sister Ilse lives in Graz.", "Noted.", ctx_id=1)
+    assert plugin.queue.flush(timeout=120), plugin.queue.counts()
+    assert plugin.queue.counts()["done"] == 1 and plugin.queue.counts()["failed"] == 0
+    assert not (storage / (TEST_STORE_FAULT_FILE + ".hits")).exists()

@@ -32,6 +32,40 @@ class BankLockedError(StoreError):
     pass
 
 
+class WriteStoreError(StoreError):
+    """A write to a bank's database failed with an I/O error: retryable (the turn is retried)."""
+    errno = 5   # EIO
+
+
+# ── the store's I/O fault hook (tests and `memoryplus chaos` only) ───────────────────────────
+# With MEMORYPLUS_TEST_HOOKS=1 in the worker's environment, and only then, every write query of
+# a Kuzu bank first reads this file in the bank storage directory: while the wall-clock time it
+# holds is in the future, the write fails with WriteStoreError, and one line is appended to the
+# ".hits" file beside it. Without the variable nothing is read: no user input reaches it.
+TEST_STORE_FAULT_FILE = ".test-store-fault"
+_WRITE_QUERY = re.compile(r"\b(CREATE|MERGE|SET|DELETE|DETACH|REMOVE|CHECKPOINT|COPY)\b", re.I)
+
+
+def store_write_fault(storage_dir: Path, bank_name: str, query: str) -> None:
+    """Raise WriteStoreError if the test fault hook is on for this write (see above)."""
+    if os.environ.get("MEMORYPLUS_TEST_HOOKS") != "1" or not _WRITE_QUERY.search(str(query or "")):
+        return
+    path = storage_dir / TEST_STORE_FAULT_FILE
+    try:
+        until = float(path.read_text().strip() or 0)
+    except (OSError, ValueError):
+        return
+    if time.time() >= until:
+        return
+    try:
+        with open(path.with_name(TEST_STORE_FAULT_FILE + ".hits"), "a") as f:
+            f.write(f"{os.getpid()} {bank_name}\n")
+    except OSError:
+        pass
+    raise WriteStoreError(f"bank {bank_name!r}: writing to its database failed: [Errno 5] "
+                          f"Input/output error (injected by the store's test fault hook)")
+
+
 def _owner_of(bank_dir: Path) -> tuple[int | None, str]:
     try:
         data = json.loads((bank_dir / OWNER_FILE).read_text())
@@ -62,9 +96,13 @@ class CountingMixin:
     """Counts parameterized queries: Kuzu's native memory grows with each one, so the engine
     reopens a bank (when idle) after a bounded number of them."""
     queries: int = 0
+    fault_dir: Path | None = None     # Kuzu: the bank storage directory (the I/O fault hook)
+    bank_name: str = ""
 
     async def execute_query(self, cypher_query_, **kwargs):  # type: ignore[override]
         self.queries += 1
+        if self.fault_dir is not None:
+            store_write_fault(self.fault_dir, self.bank_name, cypher_query_)
         return await super().execute_query(cypher_query_, **kwargs)  # type: ignore[misc]
 
 
@@ -106,6 +144,7 @@ def open_kuzu(bank_dir: Path, bank_name: str, *, buffer_pool_mb: int, app: str) 
                          f"export, or clear the bank") from None
     # graphiti 0.31.2 bug 1: add_episode(group_id=...) reads driver._database.
     driver._database = ""  # type: ignore[attr-defined]
+    driver.fault_dir, driver.bank_name = bank_dir.parent, bank_name
     for path in bank_dir.glob("graph.kuzu*"):   # Kuzu creates its files 0644
         try:
             os.chmod(path, 0o600)
