@@ -608,6 +608,8 @@ class Plugin(BasePlugin):
             parts.append(f"{counts['failed']} failed")
         if counts.get("skipped"):
             parts.append(f"{counts['skipped']} skipped by memory mode")
+        if counts.get("corrupt_lines"):
+            parts.append(f"{counts['corrupt_lines']} corrupt spool line(s) set aside")
         if counts.get("paused_reason"):
             parts.append(str(counts["paused_reason"]))
         parts.append(f"worker {st.get('state', 'starting')}")
