@@ -42,8 +42,12 @@ def _flagged(extra) -> bool:
 
 
 def read_history(db_path: Path, settings, *, since: datetime | None = None,
-                 preset: str | None = None) -> "OrderedDict[str, list[Turn]]":
-    """Real turns of PyGPT's history grouped by bank, oldest first, as the plugin would store them."""
+                 preset: str | None = None, problems: list[str] | None = None
+                 ) -> "OrderedDict[str, list[Turn]]":
+    """Real turns of PyGPT's history grouped by bank, oldest first, as the plugin would store them.
+
+    A row that cannot be read (a text where a number belongs, a date out of range, ...) is
+    skipped and described in `problems`; the other rows are kept."""
     import json
 
     from memoryplus.plugin.host import bank_for
@@ -68,6 +72,8 @@ def read_history(db_path: Path, settings, *, since: datetime | None = None,
             f"SELECT i.id, i.meta_id, i.input, i.output, i.input_ts, i.output_ts, {internal}, {extra}, "
             f"m.preset_id, m.created_ts, {deleted} FROM ctx_item i JOIN ctx_meta m ON m.id = i.meta_id "
             f"ORDER BY COALESCE(NULLIF(i.input_ts, 0), i.output_ts, m.created_ts), i.id").fetchall()
+    except sqlite3.DatabaseError as exc:
+        raise HistoryError(f"cannot read {db_path} as PyGPT's database: {exc}") from None
     except sqlite3.Error as exc:
         raise HistoryError(f"cannot read {db_path}: {exc}") from None
     finally:
@@ -78,28 +84,49 @@ def read_history(db_path: Path, settings, *, since: datetime | None = None,
     cutoff = as_utc(since) if since else None
     for (item_id, meta_id, user, assistant, in_ts, out_ts, is_internal, extra_raw, preset_id,
          created_ts, is_deleted) in rows:
-        if is_deleted or is_internal:
-            continue
         try:
-            extra_val = json.loads(extra_raw) if extra_raw else None
-        except (ValueError, TypeError):
-            extra_val = None
-        if _flagged(extra_val):
+            if is_deleted or is_internal:
+                continue
+            try:
+                extra_val = json.loads(extra_raw) if extra_raw else None
+            except (ValueError, TypeError):
+                extra_val = None
+            if _flagged(extra_val):
+                continue
+            if not _text(user).strip() or not _text(assistant).strip():
+                continue
+            ctx = types.SimpleNamespace(meta=types.SimpleNamespace(
+                preset=preset_id if isinstance(preset_id, str) else None))
+            bank = bank_for(ctx, settings)
+            if preset is not None and preset not in (preset_id, bank):
+                continue
+            when = _when(in_ts, out_ts, created_ts)
+            if cutoff is not None and when < cutoff:
+                continue
+            turn = Turn(id=f"pygpt:{int(meta_id)}:{int(item_id)}", user=sanitizer.clean(_text(user)),
+                        assistant=sanitizer.clean(_text(assistant)), time=when)
+        except (ValueError, TypeError, OverflowError, OSError) as exc:
+            if problems is not None:
+                problems.append(f"ctx_item {item_id!r}: {type(exc).__name__}: {str(exc).splitlines()[0][:120]}")
             continue
-        if not str(user or "").strip() or not str(assistant or "").strip():
-            continue
-        ctx = types.SimpleNamespace(meta=types.SimpleNamespace(preset=preset_id))
-        bank = bank_for(ctx, settings)
-        if preset is not None and preset not in (preset_id, bank):
-            continue
-        stamp = in_ts or out_ts or created_ts
-        when = datetime.fromtimestamp(int(stamp), timezone.utc) if stamp else datetime.now(timezone.utc)
-        if cutoff is not None and when < cutoff:
-            continue
-        out.setdefault(bank, []).append(Turn(
-            id=f"pygpt:{meta_id}:{item_id}", user=sanitizer.clean(str(user)),
-            assistant=sanitizer.clean(str(assistant)), time=when))
+        out.setdefault(bank, []).append(turn)
     return out
+
+
+def _text(value) -> str:
+    """PyGPT stores text; a BLOB or a number in a text column is read as text, not as b'...'."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return "" if value is None else str(value)
+
+
+def _when(*stamps) -> datetime:
+    """The first usable timestamp (seconds since the epoch; PyGPT stores integers)."""
+    for stamp in stamps:
+        if stamp in (None, "", 0):
+            continue
+        return datetime.fromtimestamp(int(float(stamp)), timezone.utc)
+    return datetime.now(timezone.utc)
 
 
 def _confirm(question: str) -> bool:
@@ -123,11 +150,16 @@ async def run_import(args) -> int:
             raise CliError(f"--since: not an ISO date: {args.since!r} (e.g. 2025-01-31)") from None
     if args.batch is not None and args.batch < 1:
         raise CliError("--batch must be at least 1")
+    problems: list[str] = []
     try:
-        by_bank = read_history(workdir / "db.sqlite", settings, since=since, preset=args.preset)
+        by_bank = read_history(workdir / "db.sqlite", settings, since=since, preset=args.preset,
+                               problems=problems)
     except HistoryError as exc:
         raise CliError(str(exc)) from None
     total = sum(len(t) for t in by_bank.values())
+    if problems:
+        print(f"memoryplus: {len(problems)} unreadable row(s) of PyGPT's history skipped, the "
+              f"others kept: " + "; ".join(problems[:5]), file=sys.stderr)
 
     if args.dry_run:
         for bank, turns in by_bank.items():
@@ -192,5 +224,6 @@ async def run_import(args) -> int:
         if engine is not None:
             await engine.close()
     print(f"{totals['stored']} stored, {totals['unchanged']} already there, {totals['skipped']} "
-          f"skipped ({extraction} extraction) from {workdir / 'db.sqlite'}")
-    return 0
+          f"skipped ({extraction} extraction) from {workdir / 'db.sqlite'}"
+          + (f"; {len(problems)} unreadable row(s) skipped" if problems else ""))
+    return 1 if problems else 0

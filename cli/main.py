@@ -9,6 +9,7 @@ import argparse
 import asyncio
 import hashlib
 import json
+import re
 import logging
 import os
 import sys
@@ -161,6 +162,17 @@ def _read_turns(path: str) -> list[Turn]:
     return turns
 
 
+_LINE = re.compile(r"^line (\d+):")
+
+
+def _file_line(problem: str, line_of: list[int]) -> str:
+    """'line K: ...' about the K-th record given to the engine, as the file's line number."""
+    m = _LINE.match(problem)
+    if m is None or not 1 <= int(m.group(1)) <= len(line_of):
+        return problem
+    return f"line {line_of[int(m.group(1)) - 1]}:" + problem[m.end():]
+
+
 def _progress(done: int, total: int) -> None:
     if sys.stderr.isatty():
         width = 30
@@ -289,23 +301,31 @@ async def _dispatch(engine, args) -> int:
             sys.stdout.write(text)
         return 0
     if cmd == "import":
-        records, problems = [], []
+        records, problems, line_of = [], [], []
         try:
-            lines = Path(args.file).read_text(encoding="utf-8").splitlines()
+            lines = Path(args.file).read_bytes().splitlines()
         except OSError as exc:
             raise CliError(f"cannot read {args.file}: {exc.strerror or exc}") from None
-        for i, line in enumerate(lines, 1):
-            if line.strip():
+        for i, raw in enumerate(lines, 1):
+            if raw.strip():
                 try:
-                    records.append(json.loads(line))
+                    records.append(json.loads(raw.decode("utf-8")))
+                    line_of.append(i)
+                except UnicodeDecodeError:
+                    problems.append(f"line {i}: not UTF-8 text")
                 except ValueError:
-                    problems.append(f"line {i}: not JSON")
+                    problems.append(f"line {i}: not JSON (cut short or garbled)")
+        if not records and problems:
+            raise CliError(f"{args.file}: not a MemoryPlus export: {len(problems)} bad line(s), "
+                           f"nothing imported: " + "; ".join(problems[:5]))
         out = await engine.import_(args.bank, records)
-        problems += out["problems"]
+        # the engine numbers the records it was given; report the file's own line numbers
+        problems += [_file_line(p, line_of) for p in out["problems"]]
+        problems.sort(key=lambda p: int(m.group(1)) if (m := _LINE.match(p)) else 0)
         print(f"imported {out['episodes']} episodes, {out['entities']} entities, {out['facts']} facts")
         if problems:
-            print(f"memoryplus: {len(problems)} bad line(s) skipped: " + "; ".join(problems[:5]),
-                  file=sys.stderr)
+            print(f"memoryplus: {len(problems)} bad line(s) skipped, the other lines imported: "
+                  + "; ".join(problems[:5]), file=sys.stderr)
             return 1
         return 0
     if cmd == "banks":

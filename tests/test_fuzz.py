@@ -200,3 +200,221 @@ def test_cli_import_of_a_file_with_bad_lines(tmp_path, capsys):
     code = main(["--data-dir", str(tmp_path / "d"), "--extraction", "local", "import", "--bank", "b", str(path)])
     err = capsys.readouterr().err
     assert code == 1 and "line 2" in err and "bad line" in err
+
+
+def test_cli_import_keeps_the_good_lines_of_a_damaged_export_and_counts_the_bad(tmp_path, capsys):
+    """An export with garbage bytes, a line cut short, wrong types and vectors of another
+    dimension: the good lines are imported, each bad one is reported by its line number."""
+    import asyncio
+
+    from memoryplus.cli.main import main
+    from memoryplus.config.schema import Settings as S
+    from memoryplus.worker.engine import MemoryEngine
+
+    async def export():
+        eng = MemoryEngine(S(extraction_engine="local", embedding_provider="local"), tmp_path / "src")
+        try:
+            await eng.ingest("origin", [Turn(id="1", user="I live in Berlin and work at Acme.", time=T),
+                                        Turn(id="2", user="My cat is called Miso.", time=T)])
+            return await eng.export("origin")
+        finally:
+            await eng.close()
+    good = asyncio.run(export())
+    entity = next(r for r in good if r["type"] == "entity")
+    lines = [json.dumps(r).encode() for r in good]
+    bad = [b"\xff\xfe\x00\x80 binary garbage \x9c",                          # not UTF-8
+           json.dumps(good[1])[:25].encode(),                                  # cut short
+           json.dumps({"type": "episode", "uuid": 7, "name": [], "content": None}).encode(),  # wrong types
+           json.dumps({**entity, "uuid": "other-dim", "name_embedding": [0.5] * 7}).encode()]  # another dimension
+    file_lines = lines[:2] + bad[:2] + lines[2:] + bad[2:]
+    path = tmp_path / "damaged.jsonl"
+    path.write_bytes(b"\n".join(file_lines) + b"\n")
+    code = main(["--data-dir", str(tmp_path / "d"), "--extraction", "local", "import", "--bank", "b", str(path)])
+    out, err = capsys.readouterr()
+    assert code == 1
+    assert "4 bad line(s) skipped" in err, err
+    for n in (3, 4, len(file_lines) - 1, len(file_lines)):
+        assert f"line {n}:" in err, (n, err)
+    assert "imported 2 episodes" in out
+    assert "not UTF-8" in err and "7 dimensions" in err
+
+
+def test_cli_import_of_a_file_that_is_not_an_export_is_a_clear_error(tmp_path, capsys):
+    from memoryplus.cli.main import main
+    path = tmp_path / "photo.jpg"
+    path.write_bytes(bytes(range(256)) * 40)
+    code = main(["--data-dir", str(tmp_path / "d"), "--extraction", "local", "import", "--bank", "b", str(path)])
+    err = capsys.readouterr().err
+    assert code == 1 and "not a MemoryPlus export" in err and "nothing imported" in err
+    assert "Traceback" not in err
+
+
+# ── malformed PyGPT history (memoryplus import-pygpt) ─────────────────────────────────────
+def _import_pygpt(tmp_path, workdir, capsys):
+    from memoryplus.cli.main import main
+    code = main(["--data-dir", str(tmp_path / "data"), "--extraction", "local", "import-pygpt",
+                 "--workdir", str(workdir)])
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err
+    return code, out, err
+
+
+def test_import_pygpt_of_a_file_that_is_not_sqlite_is_a_clear_error(tmp_path, capsys):
+    workdir = tmp_path / "pygpt"
+    workdir.mkdir()
+    (workdir / "db.sqlite").write_bytes(b"this is not a database\x00" * 500)
+    code, _, err = _import_pygpt(tmp_path, workdir, capsys)
+    assert code == 1 and "db.sqlite" in err and "not a database" in err
+
+
+def test_import_pygpt_of_a_database_without_pygpt_tables_is_a_clear_error(tmp_path, capsys):
+    import sqlite3
+    workdir = tmp_path / "pygpt"
+    workdir.mkdir()
+    con = sqlite3.connect(workdir / "db.sqlite")
+    con.execute("CREATE TABLE notes (id INTEGER, body TEXT)")
+    con.commit()
+    con.close()
+    code, _, err = _import_pygpt(tmp_path, workdir, capsys)
+    assert code == 1 and "ctx_item/ctx_meta missing" in err
+
+
+def test_import_pygpt_skips_and_counts_bad_rows_and_keeps_the_good_ones(tmp_path, capsys):
+    import sqlite3
+    workdir = tmp_path / "pygpt"
+    workdir.mkdir()
+    con = sqlite3.connect(workdir / "db.sqlite")
+    con.executescript("""
+        CREATE TABLE ctx_meta (id INTEGER PRIMARY KEY, preset_id TEXT, created_ts INTEGER, is_deleted INTEGER);
+        CREATE TABLE ctx_item (id INTEGER PRIMARY KEY, meta_id INTEGER, input TEXT, output TEXT,
+                               input_ts INTEGER, output_ts INTEGER, is_internal INTEGER, extra TEXT);
+        INSERT INTO ctx_meta VALUES (1, 'coder', 1700000000, 0);
+        INSERT INTO ctx_item VALUES (1, 1, 'I write my services in Rust.', 'Fine.', 1700000000, 1700000005, 0, NULL);
+        INSERT INTO ctx_item VALUES (2, 1, 'Bad date row', 'x', 'yesterday', NULL, 0, NULL);
+        INSERT INTO ctx_item VALUES (3, 1, 'Far future row', 'x', 99999999999999999, NULL, 0, NULL);
+        INSERT INTO ctx_item VALUES (4, 1, 'My editor is Helix.', 'Modal.', 1700000100, NULL, 0, '{not json');
+        INSERT INTO ctx_item VALUES (5, 1, 'My dog is called Rex.', 'Cute.', 1700000200, NULL, 0, NULL);
+    """)
+    con.execute("INSERT INTO ctx_item VALUES (6, 1, ?, 'Noted.', 1700000300, NULL, 0, NULL)",
+                ("I live in Graz.".encode(),))              # a BLOB where PyGPT writes text
+    con.commit()
+    con.close()
+    code, out, err = _import_pygpt(tmp_path, workdir, capsys)
+    assert code == 1
+    assert "2 unreadable row(s) of PyGPT's history skipped" in err, err
+    assert "ctx_item 2" in err and "ctx_item 3" in err
+    assert "4 stored" in out and "2 unreadable row(s) skipped" in out, out
+
+
+# ── a corrupt ingestion spool, through the real plugin and worker ─────────────────────────
+def test_a_corrupt_spool_keeps_its_good_turns_and_sets_the_bad_lines_aside(tmp_path):
+    from memoryplus.plugin.plugin import Plugin
+    from memoryplus.testing.pygpt_host import HostWindow
+    base = {"extraction_engine": "local", "embedding_provider": "local", "engine_mode": "persistent"}
+
+    def start():
+        window = HostWindow(tmp_path / "pygpt")
+        window.core.config.data.setdefault("plugins", {}).setdefault("memoryplus", {}).update(base)
+        plugin = Plugin()
+        window.register(plugin)
+        plugin._ensure_started()
+        return window, plugin
+
+    window, plugin = start()
+    spool = plugin.user_dir() / "spool"
+    plugin.destroy()
+
+    def add(uid, bank, turn):
+        return json.dumps({"v": 1, "op": "add", "uid": uid, "bank": bank, "turn": turn}).encode()
+    good1 = add("g1", "default", {"id": "pygpt:1:1", "user": "My sister Ilse lives in Graz."})
+    good2 = add("g2", "default", {"id": "pygpt:1:2", "user": "I play the cello on Sundays."})
+    bad = [b"\x00\xff\xfe\x80\x81 garbage bytes",                                       # binary
+           add("g3", "default", {"id": "pygpt:1:3", "user": "cut short"})[:30],       # truncated
+           add("w1", 5, {"id": "pygpt:1:4"}),                                          # bank of the wrong type
+           add("w2", "default", {"id": "pygpt:1:5", "user": ["not", "text"]}),         # turn of the wrong type
+           json.dumps({"v": 1, "op": "fail", "uid": "g1", "attempts": "many"}).encode()]
+    (spool / "ingest-0.jsonl").write_bytes(b"\n".join([good1, bad[0], bad[1], good2, *bad[2:]]) + b"\n")
+
+    window, plugin = start()
+    try:
+        assert plugin.queue.flush(timeout=120), plugin.queue.counts()
+        counts = plugin.queue.counts()
+        assert counts["corrupt_lines"] == 5 and counts["done"] == 2 and counts["failed"] == 0, counts
+        episodes = [r for r in plugin.client.call("export", {"bank": "default"}, timeout=60)
+                    if r["type"] == "episode"]
+        assert sorted(json.loads(e["name"])["id"] for e in episodes) == ["pygpt:1:1", "pygpt:1:2"]
+        # nothing silently dropped: every bad line is kept aside, byte for byte, and reported
+        kept = (spool / "ingest-0.corrupt.jsonl").read_bytes().split(b"\n")
+        assert all(line in kept for line in bad)
+        assert len(plugin.queue.problems) == 5
+        assert "5 corrupt spool line(s) set aside" in plugin.status_text()
+    finally:
+        plugin.destroy()
+
+
+# ── a corrupt or half-written Kuzu directory, through a real worker ───────────────────────
+def _corrupt(bank_dir: Path, kind: str) -> None:
+    db, wal = bank_dir / "graph.kuzu", bank_dir / "graph.kuzu.wal"
+    if kind == "truncated":
+        with open(db, "r+b") as f:
+            f.truncate(db.stat().st_size // 3)
+    elif kind == "garbage":
+        db.write_bytes(bytes((i * 37 + 11) % 256 for i in range(300_000)))
+    elif kind == "emptied":
+        db.write_bytes(b"")
+    elif kind == "missing_with_wal":
+        db.unlink()
+        wal.write_bytes(b"\x01\x02 half a log" * 100)
+    elif kind == "missing":
+        db.unlink()
+
+
+@pytest.fixture(scope="module")
+def two_banks(tmp_path_factory):
+    """A data directory with banks 'alpha' and 'beta', one turn each, written by a worker."""
+    from memoryplus.config.schema import Settings as S
+    from memoryplus.worker.client import WorkerClient
+    data = tmp_path_factory.mktemp("banks") / "data"
+    c = WorkerClient(S(extraction_engine="local", embedding_provider="local"), data, mode="persistent").start()
+    try:
+        c.call("ingest", {"bank": "alpha", "turns": [{"id": "a1", "user": "My sister Ilse lives in Graz."}]}, timeout=120)
+        c.call("ingest", {"bank": "beta", "turns": [{"id": "b1", "user": "I play the cello on Sundays."}]}, timeout=120)
+    finally:
+        c.close(timeout=30)
+    return data
+
+
+@pytest.mark.parametrize("kind", ["truncated", "garbage", "emptied", "missing_with_wal", "missing"])
+def test_a_damaged_bank_gives_a_clear_error_and_the_other_banks_work(two_banks, tmp_path, kind):
+    import shutil
+
+    from memoryplus.config.schema import Settings as S
+    from memoryplus.worker.banks import BankDirectory
+    from memoryplus.worker.client import WorkerClient, WorkerError
+    data = tmp_path / "data"
+    shutil.copytree(two_banks, data)
+    alpha = BankDirectory(data, "kuzu").path("alpha")
+    _corrupt(alpha, kind)
+    c = WorkerClient(S(extraction_engine="local", embedding_provider="local"), data, mode="persistent",
+                     backoff_s=0.05).start()
+    try:
+        pid = c.call("health", {}, timeout=60)["pid"]
+        for op, params in [("stats", {"bank": "alpha"}), ("search", {"bank": "alpha", "query": "Graz"}),
+                           ("ingest", {"bank": "alpha", "turns": [{"id": "a2", "user": "More about Graz."}]})]:
+            with pytest.raises(WorkerError) as err:
+                c.call(op, params, timeout=120)
+            text = str(err.value)
+            assert err.value.type == "StoreError", (op, err.value.type, text)
+            assert "bank 'alpha'" in text and str(alpha) in text and "move that directory away" in text, text
+        # the worker did not crash, and the other bank is untouched
+        st = c.status()
+        assert st["pid"] == pid and st["state"] == "ready" and st["restarts"] == 0
+        assert any("b1" in r["sources"] for r in c.call("search", {"bank": "beta", "query": "cello"}, timeout=60))
+        rep = c.call("ingest", {"bank": "beta", "turns": [{"id": "b2", "user": "I moved to Porto."}]}, timeout=120)
+        assert rep["stored"] == ["b2"]
+        names = {b["name"] for b in c.call("banks", {}, timeout=60)}
+        assert {"alpha", "beta"} <= names
+    finally:
+        c.close(timeout=30)
+    # nothing was overwritten: the damaged files are still there for the user to rescue
+    assert not (alpha / "graph.kuzu").exists() or kind in ("truncated", "garbage", "emptied")

@@ -139,12 +139,16 @@ def open_kuzu(bank_dir: Path, bank_name: str, *, buffer_pool_mb: int, app: str) 
             raise BankLockedError(
                 f"bank {bank_name!r} is in use by {who}; close it or use that process "
                 f"(the memoryplus command reaches a running worker by itself)") from None
-        raise StoreError(f"bank {bank_name!r} cannot be opened: its database at {bank_dir} "
-                         f"looks damaged ({text.splitlines()[0][:200]}); restore it from an "
-                         f"export, or clear the bank") from None
+        raise _damaged(bank_name, bank_dir, f"looks damaged ({text.splitlines()[0][:200]})") from None
     # graphiti 0.31.2 bug 1: add_episode(group_id=...) reads driver._database.
     driver._database = ""  # type: ignore[attr-defined]
     driver.fault_dir, driver.bank_name = bank_dir.parent, bank_name
+    if not (bank_dir / CREATED_MARKER).exists():
+        try:
+            (bank_dir / CREATED_MARKER).write_text("")
+            os.chmod(bank_dir / CREATED_MARKER, 0o600)
+        except OSError:
+            pass
     for path in bank_dir.glob("graph.kuzu*"):   # Kuzu creates its files 0644
         try:
             os.chmod(path, 0o600)
@@ -315,6 +319,7 @@ def _repair_after_unclean_exit(bank_dir: Path, bank_name: str, buffer_pool_mb: i
        once complete).
     """
     _finish_rebuild(bank_dir, bank_name)
+    _check_files(bank_dir, bank_name)
     if not (bank_dir / "graph.kuzu").exists():
         _remove_tree(bank_dir / REPAIR_BACKUP)
         return                                     # a new bank
@@ -344,6 +349,35 @@ def _repair_after_unclean_exit(bank_dir: Path, bank_name: str, buffer_pool_mb: i
         _drop_backup(backup)
         log.warning("bank %r: rebuilt its full-text indexes after an unclean exit (%.2f s)",
                     bank_name, time.monotonic() - t0)
+
+
+CREATED_MARKER = "kuzu-created"   # written once the bank's database exists
+
+
+def _damaged(bank_name: str, bank_dir: Path, what: str) -> StoreError:
+    return StoreError(
+        f"bank {bank_name!r} cannot be opened: its database at {bank_dir} {what}. Its memories "
+        f"cannot be read; to go on, move that directory away (the bank then starts empty) and "
+        f"import an export of the bank if you have one (`memoryplus import`)")
+
+
+def _check_files(bank_dir: Path, bank_name: str) -> None:
+    """Refuse, with a clear message, a bank whose database file is gone or emptied: Kuzu would
+    silently start an empty database there (and drop a log without its database)."""
+    if (bank_dir / REPAIR_BACKUP / _DONE).exists():
+        return                                     # the copy is restored below
+    db, wal = bank_dir / "graph.kuzu", bank_dir / "graph.kuzu.wal"
+    try:
+        size = db.stat().st_size if db.exists() else None
+        wal_size = wal.stat().st_size if wal.exists() else 0
+    except OSError as exc:
+        raise _damaged(bank_name, bank_dir, f"cannot be read ({exc.strerror or exc})") from None
+    if size is None and wal_size:
+        raise _damaged(bank_name, bank_dir, "has lost its file graph.kuzu (its write-ahead log is "
+                                            "still there)")
+    if (bank_dir / CREATED_MARKER).exists() and not size:
+        raise _damaged(bank_name, bank_dir, "has lost its file graph.kuzu" if size is None
+                       else "has an empty file graph.kuzu (truncated)")
 
 
 def _is_lock_error(text: str) -> bool:
@@ -412,10 +446,8 @@ def _rebuild(bank_dir: Path, bank_name: str, buffer_pool_mb: int, why: str) -> N
             db.close()
     except RuntimeError as exc:
         _remove_tree(rebuild)
-        raise StoreError(
-            f"bank {bank_name!r} is damaged ({why}) and could not be rebuilt "
-            f"({str(exc).splitlines()[0][:200]}); restore it from an export "
-            f"(`memoryplus import`), or clear the bank") from None
+        raise _damaged(bank_name, bank_dir, f"is damaged ({why[:300]}) and could not be rebuilt "
+                                            f"({str(exc).splitlines()[0][:200]})") from None
     _remove_tree(export)
     _fsync_dir(rebuild)
     (rebuild / _DONE).write_text(str(time.time()))
