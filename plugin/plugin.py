@@ -600,6 +600,21 @@ class Plugin(BasePlugin):
         except Exception as exc:
             self._fail("status update", exc)
 
+    def restart_worker(self):
+        """*Restart worker* (the memory browser's button): start a new worker, which also closes
+        an open crash-loop breaker, then requeue the turns that failed meanwhile. Returns the
+        client's future (resolved once the worker is reachable); never blocks the GUI thread."""
+        if self.client is None:
+            return None
+        fut = self.client.restart()
+
+        def requeue(f) -> None:
+            if f.exception() is None and self.queue is not None:
+                n = self.queue.retry_failed()
+                log.info("worker restarted by hand; %d failed turn(s) queued again", n)
+        fut.add_done_callback(requeue)
+        return fut
+
     def status_text(self) -> str:
         st = self.client.status() if self.client else {}
         counts = self.queue.counts() if self.queue else {}
@@ -613,6 +628,8 @@ class Plugin(BasePlugin):
         if counts.get("paused_reason"):
             parts.append(str(counts["paused_reason"]))
         parts.append(f"worker {st.get('state', 'starting')}")
+        if st.get("state") == "broken":     # the crash-loop breaker is open
+            parts.append("turns are kept; use Restart worker in the memory browser")
         if st.get("extraction"):
             parts.append(f"{st['extraction']} extraction")
         return "MemoryPlus: " + " · ".join(parts)
