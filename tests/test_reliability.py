@@ -185,3 +185,43 @@ def test_the_store_fault_file_is_inert_without_test_hooks(host, monkeypatch):
     assert plugin.queue.flush(timeout=120), plugin.queue.counts()
     assert plugin.queue.counts()["done"] == 1 and plugin.queue.counts()["failed"] == 0
     assert not (storage / (TEST_STORE_FAULT_FILE + ".hits")).exists()
+
+
+# ── the crash-loop circuit breaker ────────────────────────────────────────────────────────
+def test_after_the_crash_loop_breaker_opens_turns_are_spooled_and_stored_once_after_restart(host):
+    from memoryplus.testing.pygpt_host import chat_turn
+    window, plugin = host(retry_attempts=2, retry_backoff_ms=100, batch_delay_ms=0)
+    chat_turn(window, "My sister Ilse lives in Graz.", "Noted.", ctx_id=1)
+    assert plugin.queue.flush(timeout=120), plugin.queue.counts()
+
+    def ready_pid(old=None):
+        st = plugin.client.status()
+        return st["pid"] if st.get("state") == "ready" and st.get("pid") not in (None, old) else None
+
+    pid = wait_for(ready_pid, 60, what="the worker")
+    for death in range(3):                      # three deaths within the breaker's window
+        os.kill(pid, signal.SIGKILL)
+        if death < 2:
+            pid = wait_for(lambda: ready_pid(pid), 60, what=f"worker restart {death + 1}")
+    wait_for(lambda: plugin.client.status().get("state") == "broken", 30, what="the breaker to open")
+    assert "Restart worker" in plugin.status_text()
+
+    # turns keep being handed over and spooled while no worker runs
+    for i, city in enumerate(["Lyon", "Turku", "Cadiz", "Tartu"], start=2):
+        chat_turn(window, f"My colleague Person{i} moved to {city}.", "Noted.", ctx_id=i)
+    spool = plugin.user_dir() / "spool"
+    wait_for(lambda: all(f"pygpt:1:{i}" in "".join(p.read_text() for p in spool.glob("ingest-*.jsonl"))
+                         for i in range(2, 6)), 10, what="the turns to be spooled")
+    wait_for(lambda: plugin.queue.counts()["failed"] == 4, 60, what="the turns to fail (no worker)")
+    time.sleep(1.0)
+    assert plugin.client.status()["state"] == "broken", "the breaker stays open by itself"
+
+    # the user's Restart worker: a new worker, and every kept turn stored once
+    plugin.restart_worker().result(timeout=120)
+    wait_for(lambda: plugin.queue.counts()["failed"] == 0, 30, what="the failed turns to be requeued")
+    assert plugin.queue.flush(timeout=120), plugin.queue.counts()
+    counts = plugin.queue.counts()
+    assert counts["failed"] == 0 and counts["done"] == 5, counts
+    episodes = [r for r in plugin.client.call("export", {"bank": "default"}, timeout=60) if r["type"] == "episode"]
+    assert sorted(json.loads(e["name"])["id"] for e in episodes) == [f"pygpt:1:{i}" for i in range(1, 6)]
+    assert plugin.client.status()["state"] == "ready"

@@ -420,6 +420,13 @@ def test_queue_view_reflects_the_real_queue(env, browser, qtbot):
     q.remove(bad, "pygpt:9:99")
     qtbot.waitUntil(lambda: view.values["failed"].text() == "0", timeout=5000)
 
+    # Restart worker: a new worker process, shown in the view
+    old_pid = plugin.client.status()["pid"]
+    qtbot.mouseClick(view.restart_btn, Qt.MouseButton.LeftButton)
+    assert "Restarting the worker" in b.message.text()
+    qtbot.waitUntil(lambda: view.values["state"].text() == "ready"
+                    and view.values["pid"].text() not in ("—", str(old_pid)), timeout=TIMEOUT_MS)
+
 
 # ── long operations ───────────────────────────────────────────────────────────────────────
 def test_cancelling_long_operations(env, browser, qtbot, tmp_path):

@@ -660,6 +660,11 @@ class QueueView(View):
                                      ("rss", "Memory (RSS)"), ("mode", "Engine mode"),
                                      ("extraction", "Extraction"), ("restarts", "Restarts"),
                                      ("last_error", "Last error")], wide=("mode", "last_error"))
+        self.restart_btn = QPushButton("Restart worker")
+        self.restart_btn.setToolTip("Start a new worker process (also after three crashes in a row, "
+                                    "when it is not restarted by itself), then retry the failed turns")
+        self.restart_btn.clicked.connect(self.restart_worker)
+        worker_box.layout().addWidget(self.restart_btn, worker_box.layout().rowCount(), 0, 1, 4)
         self.retry_btn = QPushButton("Retry failed")
         self.retry_btn.setEnabled(False)
         self.retry_btn.clicked.connect(self.retry)
@@ -782,6 +787,15 @@ class QueueView(View):
             item = QTreeWidgetItem(row)
             item.setToolTip(len(row) - 1, row[-1])
             tree.addTopLevelItem(item)
+
+    def restart_worker(self) -> None:
+        plugin = self.b.plugin
+        fut = plugin.restart_worker() if hasattr(plugin, "restart_worker") else None
+        if fut is None:
+            self.b.say("MemoryPlus is not running.")
+            return
+        self.b.say("Restarting the worker…")
+        self.refresh_live()
 
     def retry(self) -> None:
         q = self.b.plugin.queue
