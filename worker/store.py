@@ -109,7 +109,9 @@ class CountingMixin:
 def open_kuzu(bank_dir: Path, bank_name: str, *, buffer_pool_mb: int, app: str) -> GraphDriver:
     from graphiti_core.driver import kuzu_driver as kd
 
-    class _Driver(CountingMixin, kd.KuzuDriver):
+    from memoryplus.worker.kuzu_statements import PreparedStatementsMixin
+
+    class _Driver(CountingMixin, PreparedStatementsMixin, kd.KuzuDriver):
         pass
 
     bank_dir.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,45 @@
+"""Prepared statements for Kuzu queries, reused.
+
+Kuzu 0.11.3's Python binding prepares a statement for every `execute(query, parameters)` and
+never frees its native memory: 6–40 KB per call. A search runs 7 queries, so a worker that
+answered 2,000 searches on one open bank held 1.4 GB (measured; closing the bank gave it
+back). Executing one prepared statement per distinct query text leaks nothing.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any
+
+STATEMENTS_KEPT = 256      # distinct query texts: ours and graphiti's are a few dozen
+
+
+class PreparedStatementsMixin:
+    """For a graphiti KuzuDriver subclass: `execute_query` through cached prepared statements."""
+
+    async def execute_query(self, cypher_query_: str, **kwargs: Any):  # type: ignore[override]
+        params = {k: v for k, v in kwargs.items() if v is not None}
+        params.pop("database_", None)       # what graphiti's KuzuDriver drops too
+        params.pop("routing_", None)
+        if not params:                      # no parameters: Kuzu runs it without preparing
+            return await super().execute_query(cypher_query_, **kwargs)  # type: ignore[misc]
+        cache: OrderedDict = self.__dict__.setdefault("_statements", OrderedDict())
+        statement = cache.get(cypher_query_)
+        if statement is None:
+            statement = await self.client.prepare(cypher_query_)  # type: ignore[attr-defined]
+            cache[cypher_query_] = statement
+            if len(cache) > STATEMENTS_KEPT:
+                cache.popitem(last=False)
+        else:
+            cache.move_to_end(cypher_query_)
+        try:
+            results = await self.client.execute(statement, parameters=params)  # type: ignore[attr-defined]
+        except Exception:
+            # e.g. a statement prepared before an index was rebuilt: forget it, and let the
+            # plain path run the query (and log and raise as graphiti does if it fails again)
+            cache.pop(cypher_query_, None)
+            return await super().execute_query(cypher_query_, **kwargs)  # type: ignore[misc]
+        if not results:
+            return [], None, None
+        if isinstance(results, list):
+            return [list(r.rows_as_dict()) for r in results], None, None
+        return list(results.rows_as_dict()), None, None
