@@ -145,3 +145,49 @@ async def test_a_bank_already_damaged_by_an_interrupted_repair_is_rebuilt(
         pytest.skip("could not place a kill inside Kuzu's index creation on this machine")
     await _assert_bank_works(make_engine, data)
     assert not (_bank_dir(data) / "rebuild").exists()
+
+
+async def test_a_bank_whose_recovery_fails_on_a_write_error_is_not_left_open_twice(
+        make_engine, tmp_path, monkeypatch):
+    """Opening a bank recovers the episodes an interrupted write left pending. If that fails
+    (a disk write error), the handle opened for it must not stay open beside the next one:
+    Kuzu does not lock a database against its own process."""
+    from memoryplus.worker import engine as eng_mod
+    from memoryplus.worker.store import TEST_STORE_FAULT_FILE, WriteStoreError
+    data = tmp_path / "data"
+    eng = make_engine(directory=data)
+    await eng.ingest(BANK, [Turn(id="t1", user="I met Zorblat1 at the harbour")])
+    original = eng_mod.MemoryEngine._extract_local
+
+    async def crash_midway(self, bank, episode, meta):
+        await original(self, bank, episode, meta)
+        raise KeyboardInterrupt                      # written, never marked complete
+    monkeypatch.setattr(eng_mod.MemoryEngine, "_extract_local", crash_midway)
+    with pytest.raises(KeyboardInterrupt):
+        await eng.ingest(BANK, [Turn(id="t2", user="I met Zorblat2 at the harbour")])
+    monkeypatch.setattr(eng_mod.MemoryEngine, "_extract_local", original)
+    await eng.close()
+
+    storage = _bank_dir(data).parent
+    monkeypatch.setenv("MEMORYPLUS_TEST_HOOKS", "1")
+    (storage / TEST_STORE_FAULT_FILE).write_text(str(__import__("time").time() + 3600))
+    with pytest.raises(WriteStoreError) as failed:     # the recovery's first write fails
+        await eng.stats(BANK)
+    assert f"bank {BANK!r}" in str(failed.value)
+    (storage / TEST_STORE_FAULT_FILE).write_text("0")
+    stats = await eng.stats(BANK)                      # the next open recovers
+    assert stats.episodes == 2
+    import gc
+
+    from graphiti_core.driver.kuzu_driver import KuzuDriver
+    gc.collect()
+    open_handles = [o for o in gc.get_objects() if isinstance(o, KuzuDriver)
+                    and not getattr(o, "closed_by_us", False)]
+    assert len(open_handles) == 1, "one open handle on the bank, not two"
+    assert any("t2" in r.sources for r in await eng.search(BANK, "Zorblat2"))
+    await eng.close()
+    # no handle is left holding the database: another process can open it
+    probe = subprocess.run([sys.executable, "-c", "import kuzu, sys; kuzu.Database(sys.argv[1])",
+                            str(_bank_dir(data) / "graph.kuzu")], capture_output=True, text=True, timeout=60)
+    assert probe.returncode == 0, probe.stderr[-300:]
+    del failed

@@ -13,6 +13,7 @@ import os
 import re
 import threading
 import time
+import weakref
 from pathlib import Path
 
 import kuzu
@@ -116,6 +117,7 @@ def open_kuzu(bank_dir: Path, bank_name: str, *, buffer_pool_mb: int, app: str) 
 
     bank_dir.mkdir(parents=True, exist_ok=True)
     db_path = str(bank_dir / "graph.kuzu")
+    _close_leaked(bank_dir, bank_name)
     _repair_after_unclean_exit(bank_dir, bank_name, buffer_pool_mb)
     original = kuzu.Database
 
@@ -145,6 +147,7 @@ def open_kuzu(bank_dir: Path, bank_name: str, *, buffer_pool_mb: int, app: str) 
     # graphiti 0.31.2 bug 1: add_episode(group_id=...) reads driver._database.
     driver._database = ""  # type: ignore[attr-defined]
     driver.fault_dir, driver.bank_name = bank_dir.parent, bank_name
+    _OPEN_DRIVERS[_key(bank_dir)] = weakref.ref(driver)
     if not (bank_dir / CREATED_MARKER).exists():
         try:
             (bank_dir / CREATED_MARKER).write_text("")
@@ -484,8 +487,36 @@ async def ensure_fulltext_indexes(driver: GraphDriver) -> None:
                 raise
 
 
+# Kuzu locks a database against other processes only: a second kuzu.Database on the same file
+# in this process opens without complaint, and the two then overwrite each other's pages. So
+# every open driver is recorded, and one still open when its bank is opened again (left by an
+# open that failed half way, e.g. a write error while recovering pending episodes) is closed
+# first.
+_OPEN_DRIVERS: dict[str, "weakref.ref[GraphDriver]"] = {}
+
+
+def _key(bank_dir: Path) -> str:
+    return str(bank_dir.resolve())
+
+
+def _close_leaked(bank_dir: Path, bank_name: str) -> None:
+    ref = _OPEN_DRIVERS.pop(_key(bank_dir), None)
+    old = ref() if ref is not None else None
+    if old is None or getattr(old, "closed_by_us", False):
+        return
+    log.warning("bank %r: closing a database handle an earlier, failed open left behind", bank_name)
+    try:
+        close_kuzu(old, bank_dir)
+    except Exception as exc:
+        log.warning("bank %r: closing the left-behind handle failed: %s", bank_name, exc)
+
+
 def close_kuzu(driver: GraphDriver, bank_dir: Path) -> None:
     """Release the database and its file lock (graphiti's close() does not)."""
+    driver.closed_by_us = True  # type: ignore[attr-defined]
+    ref = _OPEN_DRIVERS.get(_key(bank_dir))
+    if ref is not None and ref() is driver:
+        del _OPEN_DRIVERS[_key(bank_dir)]
     try:
         driver.client.close()  # type: ignore[attr-defined]
     finally:
