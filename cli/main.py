@@ -90,9 +90,15 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--turns", type=int, default=200)
     c.add_argument("--seed", type=int, default=1)
     c.add_argument("--json", dest="chaos_json", help="write the figures to this file")
-    c = sub.add_parser("bench", help="measure speed, cost, memory and recall against the targets")
-    c.add_argument("--smoke", action="store_const", const="smoke", dest="bench_mode", default="full")
-    c.add_argument("--quick", action="store_const", const="quick", dest="bench_mode")
+    c = sub.add_parser("bench", help="measure speed, cost, memory and recall against the targets",
+                       description="Without --smoke or --quick: the full run, banks growing to 5,000 "
+                                   "turns with figures at 100, 500, 2,000 and 5,000 (about 30-40 minutes "
+                                   "on 2 cores). See docs/PERFORMANCE.md.")
+    size = c.add_mutually_exclusive_group()
+    size.add_argument("--smoke", action="store_const", const="smoke", dest="bench_mode", default="full",
+                      help="tiny sizes, under a minute: only checks that every figure is written")
+    size.add_argument("--quick", action="store_const", const="quick", dest="bench_mode",
+                      help="banks of up to 500 turns, under 10 minutes")
     c.add_argument("--json", dest="bench_json", help="write every figure to this JSON file")
 
     c = sub.add_parser("import-pygpt", help="backfill memory from PyGPT's conversation history")

@@ -66,7 +66,9 @@ TAG_LABELS = ("Topic", "Emotion")          # entity labels that are tags, not me
 SUMMARY_MAX = 1000
 # How many parameterized queries a Kuzu bank serves before it is reopened (when idle):
 # Kuzu's native memory grows with each one (reference/graphiti-kuzu.md §5).
-RECYCLE_AFTER_QUERIES = 2000
+# A safety net: Kuzu's per-query native growth is gone with prepared statements
+# (kuzu_statements.py); reopening a bank (when idle) also empties its caches, so not often.
+RECYCLE_AFTER_QUERIES = 50_000
 # Under a steady write load the write-ahead log is flushed at most this often (a CHECKPOINT
 # costs ~150 ms and blocks searches); an idle bank is flushed by maintain() within seconds.
 CHECKPOINT_EVERY_S = 10.0
