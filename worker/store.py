@@ -94,8 +94,8 @@ def _clear_owner(bank_dir: Path) -> None:
 
 
 class CountingMixin:
-    """Counts parameterized queries: Kuzu's native memory grows with each one, so the engine
-    reopens a bank (when idle) after a bounded number of them."""
+    """Counts queries: the engine reopens a bank (when idle) after a bounded number of them,
+    a safety net against Kuzu's native memory growth (see kuzu_statements.py)."""
     queries: int = 0
     fault_dir: Path | None = None     # Kuzu: the bank storage directory (the I/O fault hook)
     bank_name: str = ""
@@ -336,6 +336,8 @@ def _repair_after_unclean_exit(bank_dir: Path, bank_name: str, buffer_pool_mb: i
         unclean = restored or (wal.exists() and wal.stat().st_size > 0)
     except OSError:
         unclean = False
+    if not unclean and (bank_dir / INDEXES_CHECKED).exists():
+        return          # a clean bank whose indexes were checked once: nothing to do
     t0 = time.monotonic()
     backup = _take_backup(bank_dir) if unclean else None
     try:
@@ -349,6 +351,10 @@ def _repair_after_unclean_exit(bank_dir: Path, bank_name: str, buffer_pool_mb: i
                 _drop_backup(backup)    # nothing was changed: the files are the copy
             return                      # open_kuzu reports the lock properly
         _rebuild(bank_dir, bank_name, buffer_pool_mb, f"it fails with: {text.splitlines()[0][:200]}")
+    try:
+        (bank_dir / INDEXES_CHECKED).write_text("")
+    except OSError:
+        pass
     if backup is not None:
         _test_kill_point("before_backup_removed")
         _drop_backup(backup)
@@ -357,6 +363,10 @@ def _repair_after_unclean_exit(bank_dir: Path, bank_name: str, buffer_pool_mb: i
 
 
 CREATED_MARKER = "kuzu-created"   # written once the bank's database exists
+# Written once a clean bank's full-text indexes were found whole (banks an interrupted repair
+# of an older version damaged are found and rebuilt on their first open); the check then runs
+# only after an unclean exit.
+INDEXES_CHECKED = "indexes-checked"
 
 
 def _damaged(bank_name: str, bank_dir: Path, what: str) -> StoreError:
