@@ -423,6 +423,17 @@ def _check_and_repair(bank_dir: Path, bank_name: str, buffer_pool_mb: int, *,
                 if _LEFTOVER in str(exc):
                     raise _Damaged(f"index {index} of {table} cannot be recreated in place") from None
                 log.warning("bank %r: recreating %s failed: %s", bank_name, index, exc)
+        # A query through each index: an index whose catalog entry points at a dropped table
+        # (Kuzu: "Cannot find table catalog entry with id ...") fails here, not when listed.
+        for table, index, _create in _fulltext_indexes():
+            if table not in tables:
+                continue
+            try:
+                conn.execute(f"CALL QUERY_FTS_INDEX('{table}', '{index}', 'memoryplus') "
+                             f"RETURN node LIMIT 1")
+            except RuntimeError as exc:
+                raise _Damaged(f"index {index} of {table} fails: "
+                               f"{str(exc).splitlines()[0][:200]}") from None
         _test_kill_point("before_checkpoint")
         conn.execute("CHECKPOINT")
     finally:
