@@ -35,19 +35,21 @@ T0 = datetime(2025, 1, 1, tzinfo=timezone.utc)
 BANK = "default"          # where PyGPT's unsaved `current.chat` preset stores
 LOCAL = {"extraction_engine": "local", "embedding_provider": "local", "engine_mode": "persistent"}
 
-SIZES = {   # per mode: how much of everything
+SIZES = {   # per mode: how much of everything (checkpoints: bank sizes where growth is measured;
+            # chat_at: the bank size the chat turns, and so the inject figures, run at)
     "smoke": dict(bank_turns=40, chunk=10, recall_questions=15, chat_turns=8, cache_turns=4,
                   overhead_queries=5, percall_searches=3, llm_turns=2, llm_busy_turns=2,
                   idle_searches=5, baseline_turns=10, baseline_chunk=5, baseline_budget_s=25.0,
-                  llm_latency_s=0.2),
+                  llm_latency_s=0.2, checkpoints=(20, 40), chat_at=40, growth_searches=5, load_runs=1),
     "quick": dict(bank_turns=500, chunk=100, recall_questions=None, chat_turns=200, cache_turns=30,
                   overhead_queries=60, percall_searches=20, llm_turns=10, llm_busy_turns=6,
                   idle_searches=30, baseline_turns=500, baseline_chunk=100, baseline_budget_s=180.0,
-                  llm_latency_s=0.2),
-    "full": dict(bank_turns=5000, chunk=500, recall_questions=None, chat_turns=200, cache_turns=50,
+                  llm_latency_s=0.2, checkpoints=(100, 500), chat_at=500, growth_searches=40, load_runs=5),
+    "full": dict(bank_turns=5000, chunk=100, recall_questions=None, chat_turns=200, cache_turns=50,
                  overhead_queries=100, percall_searches=20, llm_turns=30, llm_busy_turns=10,
                  idle_searches=50, baseline_turns=500, baseline_chunk=100, baseline_budget_s=900.0,
-                 llm_latency_s=0.2),
+                 llm_latency_s=0.2, checkpoints=(100, 500, 2000, 5000), chat_at=2000, growth_searches=60,
+                 load_runs=7),
 }
 
 # (key, unit, target text, predicate) — the order of the printed table
@@ -245,37 +247,79 @@ def start_plugin(workdir: Path, settings: dict) -> tuple[Any, Any, float]:
     return window, plugin, load_ms
 
 
+def measure_plugin_load(workdir: Path, settings: dict, runs: int) -> list[float]:
+    """plugin_load_ms, each in a fresh process as at PyGPT's start (nothing of ours imported
+    yet: here, the bench itself has imported the schema and pydantic)."""
+    out = []
+    workdir.mkdir(parents=True, exist_ok=True)
+    for i in range(runs):
+        args = workdir / f"load-{i}.json"
+        args.write_text(json.dumps({"workdir": str(workdir / f"load-{i}"), "settings": settings}))
+        env = {**os.environ, "GRAPHITI_TELEMETRY_ENABLED": "false", "QT_QPA_PLATFORM": "offscreen"}
+        proc = subprocess.run([sys.executable, "-c", "from memoryplus.cli.bench import _plugin_load_main; "
+                               "_plugin_load_main()", str(args)], capture_output=True, text=True,
+                              env=env, timeout=180)
+        lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+        if proc.returncode or not lines:
+            raise RuntimeError(f"plugin load run failed (exit {proc.returncode}): {proc.stderr[-500:]}")
+        out.append(json.loads(lines[-1])["ms"])
+    return out
+
+
+def _plugin_load_main() -> None:
+    a = json.loads(Path(sys.argv[1]).read_text())
+    _, plugin, ms = start_plugin(Path(a["workdir"]), a["settings"])
+    plugin.destroy()
+    print(json.dumps({"ms": ms}), flush=True)
+
+
 # ── phases ──────────────────────────────────────────────────────────────────────────────
-def phase_local_ingest(plugin, turns, chunk: int, out: dict, growth: dict) -> None:
-    """Turns handed to the queue as CTX_END hands them, batched as the queue batches; the
-    worker's RSS after every chunk."""
-    rss_points = [(0, rss_of(plugin.client))]
-    busy = 0.0
-    for start in range(0, len(turns), chunk):
-        part = turns[start:start + chunk]
-        t = time.perf_counter()
-        room = plugin.settings.queue_size or 10 ** 9
-        for n, (tid, u, a) in enumerate(part, start):
-            # a sustained stream, never faster than the queue drains: a full queue drops turns
-            while plugin.queue.counts().get("pending", 0) >= room - 1:
-                time.sleep(0.002)
-            if plugin.queue.put(BANK, make_turn(tid, u, a, n)) == "dropped":
-                raise RuntimeError(f"the queue dropped turn {tid}: {plugin.queue.counts()}")
-        if not plugin.queue.flush(timeout=1800):
-            raise RuntimeError(f"ingestion did not finish: {plugin.queue.counts()}")
-        busy += time.perf_counter() - t
-        rss_points.append((start + len(part), rss_of(plugin.client)))
-        say(f"ingested {start + len(part)} turns ({(start + len(part)) / busy:.1f}/s), worker RSS "
-            f"{rss_points[-1][1]:.0f} MB")
-    out["local_ingest_turns_per_s"] = len(turns) / busy
-    stats = plugin.client.call("stats", {"bank": BANK}, timeout=120)
-    out["bank_episodes"] = float(stats.get("episodes", float("nan"))) if isinstance(stats, dict) else float("nan")
-    growth["ours"] = rss_points
-    # growth after the first chunk: the embedder and the bank's first open are start-up, not growth
-    out["worker_rss_growth_mb_per_100_turns"] = slope_per_100(rss_points[1:])
+class Ingestion:
+    """Turns handed to the queue as CTX_END hands them, batched as the queue batches, in
+    stretches up to each checkpoint; the worker's RSS after every chunk."""
+
+    def __init__(self, plugin, turns, chunk: int):
+        self.plugin, self.turns, self.chunk = plugin, turns, chunk
+        self.done, self.busy = 0, 0.0
+        self.rss_points = [(0, rss_of(plugin.client))]
+
+    def up_to(self, target: int) -> float:
+        """Ingest until `target` turns are in; returns this stretch's turns per second."""
+        plugin, first, busy0 = self.plugin, self.done, self.busy
+        while self.done < min(target, len(self.turns)):
+            part = self.turns[self.done:min(self.done + self.chunk, target)]
+            t = time.perf_counter()
+            room = plugin.settings.queue_size or 10 ** 9
+            for n, (tid, u, a) in enumerate(part, self.done):
+                # a sustained stream, never faster than the queue drains: a full queue drops turns
+                while plugin.queue.counts().get("pending", 0) >= room - 1:
+                    time.sleep(0.002)
+                if plugin.queue.put(BANK, make_turn(tid, u, a, n)) == "dropped":
+                    raise RuntimeError(f"the queue dropped turn {tid}: {plugin.queue.counts()}")
+            if not plugin.queue.flush(timeout=1800):
+                raise RuntimeError(f"ingestion did not finish: {plugin.queue.counts()}")
+            self.busy += time.perf_counter() - t
+            self.done += len(part)
+            self.rss_points.append((self.done, rss_of(plugin.client)))
+        rate = (self.done - first) / (self.busy - busy0) if self.busy > busy0 else float("nan")
+        say(f"ingested {self.done} turns ({rate:.1f}/s this stretch), worker RSS {self.rss_points[-1][1]:.0f} MB")
+        return rate
+
+    def finish(self, out: dict, growth: dict) -> None:
+        out["local_ingest_turns_per_s"] = self.done / self.busy
+        growth["ours"] = self.rss_points
+        # growth over the turns the graphiti baseline stores (its first 500), after the first
+        # chunk: the embedder and the bank's first open are start-up, not growth
+        out["worker_rss_growth_mb_per_100_turns"] = slope_per_100(
+            [p for p in self.rss_points[1:] if p[0] <= 500])
+        half = self.done / 2
+        out["worker_rss_growth_last_half_mb_per_100_turns"] = slope_per_100(
+            [p for p in self.rss_points if p[0] >= half])
+        stats = self.plugin.client.call("stats", {"bank": BANK}, timeout=120)
+        out["bank_episodes"] = float(stats.get("episodes", float("nan"))) if isinstance(stats, dict) else float("nan")
 
 
-def phase_recall(client, turns, questions, out: dict) -> None:
+def phase_recall(client, turns, questions, out: dict, prefix: str = "") -> None:
     docs = {tid: f"User: {u}\nAssistant: {a}" for tid, u, a in turns}
     ours = base = 0
     for q, answer in questions:
@@ -283,9 +327,29 @@ def phase_recall(client, turns, questions, out: dict) -> None:
         firsts = [r["sources"][0] for r in results if r.get("sources")][:10]
         ours += answer in firsts
         base += answer in bm25_ranking(q, docs)[:10]
-    out["recall_at_10"] = ours / len(questions)
-    out["recall_at_10_keyword_baseline"] = base / len(questions)
-    out["recall_questions"] = len(questions)
+    out[f"{prefix}recall_at_10"] = ours / len(questions)
+    out[f"{prefix}recall_at_10_keyword_baseline"] = base / len(questions)
+    out[f"{prefix}recall_questions"] = len(questions)
+
+
+def phase_growth_point(client, turns_in: list, questions, queries: list[str], rate: float,
+                       growth: dict) -> None:
+    """The figures that depend on the bank's size, at one size: search latency (persistent
+    worker), recall@10 against BM25 over the same turns, RSS, and the last stretch's ingest rate."""
+    for q in queries[:5]:
+        client.call("search", {"bank": BANK, "query": q, "limit": 10}, timeout=120)
+    ms = [timed_call(client, "search", {"bank": BANK, "query": q, "limit": 10})[0] for q in queries]
+    ids = {t[0] for t in turns_in}
+    point: dict[str, Any] = {"turns": len(turns_in), "ingest_turns_per_s": rate,
+                             "search_ms_p50": pct(ms, 50), "search_ms_p95": pct(ms, 95)}
+    asked = [(q, a) for q, a in questions if a in ids]
+    if asked:
+        phase_recall(client, turns_in, asked, point)
+    point["worker_rss_mb"] = rss_of(client)
+    growth.setdefault("points", []).append(point)
+    say("at {turns} turns: search p50 {search_ms_p50:.0f} ms, p95 {search_ms_p95:.0f} ms, ".format(**point)
+        + (f"recall@10 {point['recall_at_10']:.3f} vs BM25 {point['recall_at_10_keyword_baseline']:.3f}, "
+           if asked else "") + f"RSS {point['worker_rss_mb']:.0f} MB")
 
 
 def phase_chat(window, plugin, probe: Probe, questions, n_turns: int, n_cache: int, out: dict) -> None:
@@ -505,6 +569,7 @@ def run_bench(mode: str = "quick", json_path: str | os.PathLike | None = None, *
         raise ValueError(f"unknown bench mode {mode!r}: smoke, quick or full")
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     os.environ.setdefault("GRAPHITI_TELEMETRY_ENABLED", "false")
+    os.environ.setdefault("QT_LOGGING_RULES", "qt.svg.warning=false")   # PyGPT's icons, offscreen
     quiet_logs()
     z = SIZES[mode]
     tmp = None
@@ -516,6 +581,7 @@ def run_bench(mode: str = "quick", json_path: str | os.PathLike | None = None, *
     growth: dict[str, list] = {}
     started = time.monotonic()
     turns, questions = load_data(z["bank_turns"])
+    data_turns = len(json.loads(DATA_FILE.read_text(encoding="utf-8"))["turns"])
     if z["recall_questions"]:
         questions = questions[:z["recall_questions"]]
     queries = [q for q, _ in questions][:z["overhead_queries"]]
@@ -524,15 +590,27 @@ def run_bench(mode: str = "quick", json_path: str | os.PathLike | None = None, *
     server = ScriptedLLMServer(latency_s=z["llm_latency_s"]).start()
     try:
         say(f"mode {mode}: {len(turns)} turns, {len(questions)} recall questions, workdir {workdir}")
-        window, plugin, out["plugin_load_ms"] = start_plugin(workdir / "pygpt", settings)
+        loads = measure_plugin_load(workdir / "load", settings, z["load_runs"])
+        out["plugin_load_ms"] = statistics.median(loads)
+        out["plugin_load_ms_max"] = max(loads)
+        window, plugin, _ = start_plugin(workdir / "pygpt", settings)
         wait_ready(plugin.client)
         probe = Probe(plugin)
         banks_dir = plugin.banks_dir()
-        phase_local_ingest(plugin, turns, z["chunk"], out, growth)
-        say("recall")
-        phase_recall(plugin.client, turns, questions, out)
-        say("chat turns through PyGPT's events")
-        phase_chat(window, plugin, probe, questions, z["chat_turns"], z["cache_turns"], out)
+        ingestion = Ingestion(plugin, turns, z["chunk"])
+        growth_queries = (queries * (1 + z["growth_searches"] // max(1, len(queries))))[:z["growth_searches"]]
+        for size in z["checkpoints"]:
+            rate = ingestion.up_to(size)
+            phase_growth_point(plugin.client, turns[:ingestion.done], questions, growth_queries, rate, growth)
+            if ingestion.done >= min(data_turns, len(turns)) and "recall_at_10" not in out:
+                # recall on the data set itself (no padding), whatever the run's size
+                point = growth["points"][-1]
+                for key in ("recall_at_10", "recall_at_10_keyword_baseline", "recall_questions"):
+                    out[key] = point[key]
+            if size == z["chat_at"]:
+                say(f"chat turns through PyGPT's events (bank of {ingestion.done} turns)")
+                phase_chat(window, plugin, probe, questions, z["chat_turns"], z["cache_turns"], out)
+        ingestion.finish(out, growth)
         out["worker_rss_mb"] = rss_of(plugin.client)
         say("search timing (persistent worker)")
         ours = phase_ours_search(plugin.client, queries, out)
@@ -563,6 +641,7 @@ def run_bench(mode: str = "quick", json_path: str | os.PathLike | None = None, *
         if tmp is not None:
             tmp.cleanup()
     out["seconds"] = time.monotonic() - started
+    out["growth"] = growth.get("points", [])
     out["rss_points_ours"] = [list(p) for p in growth.get("ours", [])]
     out["rss_points_graphiti"] = [list(p) for p in growth.get("graphiti", [])]
     print_table(out, stream)
@@ -586,4 +665,14 @@ def print_table(out: dict, stream=sys.stdout) -> None:
              and k != "seconds"]
     if extra:
         print("context: " + ", ".join(f"{k}={out[k]:.3g}" for k in extra), file=stream)
+    points = out.get("growth") or []
+    if points:
+        print("\nas the bank grows", file=stream)
+        cols = [("turns", "turns", "{:>6}"), ("ingest_turns_per_s", "ingest/s", "{:>9.1f}"),
+                ("search_ms_p50", "search p50", "{:>11.1f}"), ("search_ms_p95", "search p95", "{:>11.1f}"),
+                ("recall_at_10", "recall@10", "{:>10.3f}"), ("recall_at_10_keyword_baseline", "BM25", "{:>6.3f}"),
+                ("worker_rss_mb", "RSS MB", "{:>7.0f}")]
+        print(" ".join(f"{h:>{len(f.format(0))}}" for _, h, f in cols), file=stream)
+        for p in points:
+            print(" ".join(f.format(p[k]) if k in p else " " * len(f.format(0)) for k, _, f in cols), file=stream)
     stream.flush()
