@@ -128,6 +128,7 @@ class Chaos:
         self.store_fault = _StoreFault()
         self.worker_pids: set[int] = set()
         self.kill_times: list[float] = []
+        self.forget_failed: list[_TurnRec] = []   # forgets that answered an error: retried at the end
         self.events: list[tuple[int, str]] = []
 
     # ── plumbing ──────────────────────────────────────────────────────────────────────
@@ -379,6 +380,8 @@ class Chaos:
                 rec.forgotten = True
             else:
                 self.texts.append(f"forget_that answered: {answer!r}")
+                if not answer.startswith(("That turn", "Nothing to forget")):
+                    self.forget_failed.append(rec)     # an error: the user tries again
         else:
             candidates = [r for r in self.records if not r.forgotten]
             if not candidates:
@@ -397,6 +400,7 @@ class Chaos:
                 rec.forgotten = True
             except Exception as exc:
                 self.texts.append(f"{type(exc).__name__}: {exc}")
+                self.forget_failed.append(rec)         # may be partly done: the user tries again
         if rec.forgotten:
             self.faults["forget"] += 1
 
@@ -534,6 +538,22 @@ class Chaos:
         if not q.flush(timeout=300):
             exceptions.append(f"final flush timed out: {q.counts()}")
         self.window.process_events(0.1)
+        # A forget answered with an error (a write fault, a killed worker) may have been partly
+        # applied, as a user would see from the error: they forget it again, now it works.
+        from memoryplus.worker.banks import episode_uuid as _ep_uuid
+        from memoryplus.worker.banks import slug as _slug
+        forget_retried = 0
+        for rec in self.forget_failed:
+            if rec.forgotten:
+                continue
+            try:
+                self.plugin.queue.remove(rec.bank, rec.turn_id)
+                self.plugin.client.call("forget", {"bank": rec.bank, "ids": [_ep_uuid(_slug(rec.bank), rec.turn_id)]},
+                                        timeout=60)
+                rec.forgotten = True
+                forget_retried += 1
+            except Exception as exc:
+                exceptions.append(f"forget retry: {type(exc).__name__}: {exc}")
         self._note_drops()
         failed = {(f.bank, f.turn_id) for f in q.failed()}
         exports: dict[str, list[dict]] = {}
@@ -603,6 +623,7 @@ class Chaos:
             "llm_faults_applied": {k: int(v) for k, v in self.server.faults_applied.items()},
             "spool_write_errors_injected": self.write_fault.hits,
             "store_write_errors_injected": self.store_fault.hits,
+            "forgets_failed_and_retried": forget_retried,
             "worker_restarts": st.get("restarts"), "worker_rss_mb": st.get("rss_mb"),
             "events": [f"turn {t}: {e}" for t, e in self.events],
         }
