@@ -379,3 +379,28 @@ async def test_writes_are_flushed_from_the_log_once_the_bank_is_idle(engine):
     await engine.maintain()
     assert not wal.exists() or wal.stat().st_size == 0
     assert "Bergen" in texts(await engine.search("idle", "Where does Signe live?"))
+
+
+async def test_a_question_about_the_past_finds_the_fact_that_was_replaced(engine):
+    # many turns name the new company, so plain keyword search would bury the old job
+    await engine.ingest(BANK, [turn(1, "My cousin Anton works at Redwood Clinic.")])
+    await engine.ingest(BANK, [turn(10 + i, f"{n} works at Lumen Energy.", days=1)
+                               for i, n in enumerate(["Mira", "Nadia", "Bettina", "Kofi", "Rosa",
+                                                      "Hugo", "Selin", "Omar", "Petra", "Luca"])])
+    await engine.ingest(BANK, [turn(2, "Anton switched employers and now works at Lumen Energy.", days=30)])
+    past = await engine.search(BANK, "Where did Anton work before joining Lumen Energy?", limit=5)
+    old = next((r for r in past if r.kind == "fact" and "Redwood" in r.text), None)
+    assert old is not None, texts(past)
+    assert old.sources == ["1"] and old.invalid_at == T0 + timedelta(days=30), "shown as no longer true"
+    now = await engine.search(BANK, "Where does Anton work?")
+    assert not any(r.kind == "fact" and "Redwood" in r.text for r in now), "not current: not offered"
+
+
+async def test_my_boss_is_resolved_to_the_person_the_user_named(engine):
+    await engine.ingest(BANK, [turn(1, "My boss is Tomasz."),
+                               turn(2, "Tomasz works as an architect.", days=1),
+                               turn(3, "My neighbour Priya works as a pharmacist.", days=2)])
+    results = await engine.search(BANK, "What does my boss do for a living?", limit=5)
+    facts = [r for r in results if r.kind == "fact"]
+    assert any("architect" in r.text and r.sources == ["2"] for r in facts), texts(results)
+    assert not any("pharmacist" in r.text for r in facts[:1]), "the neighbour is not the boss"

@@ -72,6 +72,7 @@ RECYCLE_AFTER_QUERIES = 50_000
 # Under a steady write load the write-ahead log is flushed at most this often (a CHECKPOINT
 # costs ~150 ms and blocks searches); an idle bank is flushed by maintain() within seconds.
 CHECKPOINT_EVERY_S = 10.0
+SUPERSEDED_FOR = 5          # a question about the past: the top current facts whose predecessors count
 # Fusion weights, tuned on tests/data retrieval set (see tests/test_retrieval_quality.py):
 # keyword hits on raw turns are the strongest single signal on chat data; facts add precision.
 KIND_WEIGHT = {"episode": 1.0, "fact": 0.9, "entity": 0.5}
@@ -714,12 +715,72 @@ class MemoryEngine:
         if not text:
             return []
         limit = max(1, min(int(limit), 100))
+        # "Where did Ravi live before…?": the superseded facts are the answer, so keep them
+        past = as_of is None and local_extract.asks_about_past(query)
+        found = {r.id: r for r in await self._search_once(bank, text, as_of, past)}
+        # "my boss" is Tomasz: search again with the name, merge (best score per memory)
+        for phrase, names in await self._resolve_roles(bank, query):
+            alt = re.sub(re.escape(phrase), " ".join(names), query, flags=re.I)
+            for r in await self._search_once(bank, clean_query(alt), as_of, past):
+                if r.id not in found or found[r.id].score < r.score:
+                    found[r.id] = r
+        return sorted(found.values(), key=lambda r: r.score, reverse=True)[:limit]
+
+    async def _search_once(self, bank: Bank, text: str, as_of: datetime | None, past: bool) -> list[SearchResult]:
         depth = self.settings.search_depth   # candidates per kind (facts, entities, turns)
+        flt = SearchFilters() if past else self._search_filter(as_of)
         results = await bank.graphiti.search_(text, config=self._search_config(depth),
-                                              group_ids=[bank.slug],
-                                              search_filter=self._search_filter(as_of))
+                                              group_ids=[bank.slug], search_filter=flt)
         out = await self._fuse(bank, results, as_of)
-        return out[:limit]
+        if past:
+            out += await self._superseded(bank, results.edges[:SUPERSEDED_FOR], out)
+        return out
+
+    async def _superseded(self, bank: Bank, edges: list, found: list[SearchResult]) -> list[SearchResult]:
+        """For a question about the past: the facts that the current facts found replaced
+        ("Ravi lives in Osaka" before "Ravi lives in Valencia"), ranked just above them."""
+        by_id = {r.id: r for r in found}
+        picked: dict[str, tuple[dict, float]] = {}
+        for edge in edges:
+            if edge.invalid_at is not None or edge.uuid not in by_id:
+                continue
+            for r in await self._query(bank, "superseded_facts", source=edge.source_node_uuid,
+                                       relation=edge.name):
+                s = by_id[edge.uuid].score * 1.1
+                if r["uuid"] in by_id:          # found already, ranked as any match: lift it
+                    by_id[r["uuid"]].score = max(by_id[r["uuid"]].score, round(s, 6))
+                elif r["uuid"] not in picked:
+                    picked[r["uuid"]] = (r, s)
+        rows = list(picked.values())
+        metas = {u: EpisodeMeta.parse(e["name"], u)
+                 for u, e in (await self._episodes(bank, [u for r, _ in rows for u in r["episodes"] or []])).items()}
+        out = []
+        for r, s in rows:
+            known_eps = [metas[u] for u in reversed(r["episodes"] or []) if u in metas and metas[u].state == COMPLETE]
+            if known_eps:
+                out.append(SearchResult(id=r["uuid"], kind="fact", text=r["fact"], name=r["name"],
+                                        valid_at=_ts(r["valid_at"]), invalid_at=_ts(r["invalid_at"]),
+                                        tags=list(dict.fromkeys(t for m in known_eps for t in m.tags)),
+                                        sources=[m.id for m in known_eps], score=round(s, 6)))
+        return out
+
+    async def _resolve_roles(self, bank: Bank, query: str) -> list[tuple[str, list[str]]]:
+        """The people the user's own facts name for a role the query mentions ("my boss")."""
+        refs = local_extract.role_references(query)
+        if not refs:
+            return []
+        user = (await self._entity_index(bank)).get("user")
+        if user is None:
+            return []
+        out: list[tuple[str, list[str]]] = []
+        for phrase, relation in refs:
+            if any(phrase.lower().startswith(p.lower()) for p, _ in out):
+                continue          # "my little sister" resolved: not "my little" too
+            rows = await self._query(bank, "current_facts_from", source=user[0], relation=relation)
+            names = list(dict.fromkeys(r["target_name"] for r in rows))[:2]
+            if names:
+                out.append((phrase, names))
+        return out
 
     @staticmethod
     def _scaled(scores: list[float], n: int) -> list[float]:
