@@ -10,6 +10,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from memoryplus.worker.banks import episode_uuid, slug
 from memoryplus.worker.engine import EmbeddingMismatchError, EngineError, UnknownBankError
 from memoryplus.worker.records import Turn
 from memoryplus.worker.store import BankLockedError
@@ -404,3 +405,15 @@ async def test_my_boss_is_resolved_to_the_person_the_user_named(engine):
     facts = [r for r in results if r.kind == "fact"]
     assert any("architect" in r.text and r.sources == ["2"] for r in facts), texts(results)
     assert not any("pharmacist" in r.text for r in facts[:1]), "the neighbour is not the boss"
+
+
+async def test_forgetting_the_newer_fact_makes_the_older_one_current_again(engine):
+    await engine.ingest(BANK, [turn(1, "I live in Berlin")])
+    await engine.ingest(BANK, [turn(2, "I moved, I live in Paris now", days=30)])
+    report = await engine.forget(BANK, ids=[episode_uuid(slug(BANK), "2")])
+    assert report.episodes_removed == 1
+    now = [r for r in await engine.search(BANK, "where do I live") if r.kind == "fact"]
+    berlin = next((r for r in now if "Berlin" in r.text), None)
+    assert berlin is not None and berlin.invalid_at is None, texts(now)
+    assert not any("Paris" in r.text for r in now)
+    assert (await engine.stats(BANK)).current_facts >= 1

@@ -952,6 +952,7 @@ class MemoryEngine:
                 delete_edges.add(f["uuid"])
         if delete_edges:
             await EntityEdge.delete_by_uuids(bank.driver, list(delete_edges))
+            await self._restore_superseded(bank, [f for f in facts if f["uuid"] in delete_edges])
         counts = {r["uuid"]: r["n"] for r in await self._query(bank, "mention_counts", uuids=list(touched))}
         mentioned_only_here: dict[str, int] = {}
         for r in mention_rows:
@@ -973,6 +974,21 @@ class MemoryEngine:
                 await self._query(bank, "set_summary", uuid=u, summary=self._rule_summary("", mine))
         bank.entities = None
         return len(gone)
+
+    async def _restore_superseded(self, bank: Bank, deleted: list[dict]) -> None:
+        """"I moved to Paris", forgotten: "I live in Berlin" is current again. A deleted current
+        fact gives its place back to the fact it ended, unless another current one holds it."""
+        for f in {f["uuid"]: f for f in deleted}.values():
+            ended_at = _ts(f["valid_at"])
+            if f["expired_at"] is not None or ended_at is None:
+                continue
+            if await self._query(bank, "current_facts_from", source=f["source"], relation=f["name"]):
+                continue
+            ended = [r for r in await self._query(bank, "superseded_facts", source=f["source"], relation=f["name"])
+                     if _ts(r["invalid_at"]) == ended_at]
+            if ended:
+                latest = max(ended, key=lambda r: _ts(r["valid_at"]) or ended_at)
+                await self._query(bank, "restore_fact", uuid=latest["uuid"])
 
     # ── feedback, lifecycle, maintenance ───────────────────────────────────────────────
     async def rate(self, bank_name: str, result_id: str, value: int) -> int:

@@ -60,6 +60,8 @@ def _queries(p: GraphProvider) -> dict[str, str]:
                                f"AND r.expired_at IS NULL RETURN {_FACT_FIELDS}"),
         "superseded_facts": (f"MATCH {fact} WHERE s.uuid = $source AND r.name = $relation "
                              f"AND r.invalid_at IS NOT NULL RETURN {_FACT_FIELDS}"),
+        "restore_fact": (f"MATCH {fact} WHERE r.uuid = $uuid "
+                         "SET r.invalid_at = NULL, r.expired_at = NULL"),
         "set_summary": "MATCH (n:Entity) WHERE n.uuid = $uuid SET n.summary = $summary",
         # one query per batch, not per row: each Kuzu query costs a few ms of fixed overhead
         "set_summaries": ("UNWIND $rows AS r MATCH (n:Entity) WHERE n.uuid = r.uuid "
