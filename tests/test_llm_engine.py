@@ -142,3 +142,16 @@ async def test_models_temperatures_and_token_caps_reach_the_provider(make_engine
     assert graph and all(b["model"] == "scripted-llm" and b["temperature"] == 0.2 for b in graph)
     assert all(b["max_output_tokens"] <= 4000 for b in bodies), "answers capped at a quarter of the context"
     assert any(b["max_output_tokens"] == 4000 for b in graph)
+
+
+async def test_a_fact_without_any_time_in_it_is_dated_without_an_llm_call(make_engine, llm):
+    """graphiti asks the LLM to date every new fact; a turn with no time expression is dated
+    by rule (valid from the turn), which is the answer graphiti's own prompt asks for."""
+    eng = make_engine(**llm_settings(llm))
+    await eng.ingest("p", [Turn(id="1", user="My sister Anna works at Siemens.", assistant="Nice.", time=T0)])
+    assert llm.calls["EdgeTimestamps"] == 0 and llm.calls["ExtractedEdges"] == 1
+    facts = [r for r in await eng.search("p", "Where does Anna work?") if r.kind == "fact"]
+    assert any("Siemens" in r.text and r.valid_at == T0 and r.invalid_at is None for r in facts), facts
+    await eng.ingest("p", [Turn(id="2", user="My brother Tom has lived in Oslo since 2019.",
+                                time=T0 + timedelta(days=1))])
+    assert llm.calls["EdgeTimestamps"] >= 1, "a time expression still goes to the LLM"

@@ -42,7 +42,7 @@ from graphiti_core.utils.bulk_utils import add_nodes_and_edges_bulk
 
 from memoryplus.config.schema import Settings
 from memoryplus.worker import insights as insight_rules
-from memoryplus.worker import local_extract, redact
+from memoryplus.worker import llm_savings, local_extract, redact
 from memoryplus.worker.banks import BankDirectory, BankManifest, check_name, episode_uuid, slug
 from memoryplus.worker.modes import ModeSpec, mode_spec
 from memoryplus.worker.providers import (
@@ -527,6 +527,7 @@ class MemoryEngine:
         return " ".join(["chat turn", *(t.partition(":")[2] for t in meta.tags)])
 
     async def _extract_llm(self, bank: Bank, episode: EpisodicNode) -> tuple[list[str], list[str]]:
+        llm_savings.install()     # graphiti's per-fact dating call, skipped when a rule knows
         spec = self.spec()
         previous = await bank.graphiti.retrieve_episodes(episode.valid_at, last_n=10,
                                                          group_ids=[bank.slug])
