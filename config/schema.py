@@ -3,13 +3,20 @@
 Every option the plugin shows in PyGPT, the worker validates and the CLI reads is declared
 here, once: id, type, default, range, tab, label, description. Nothing else in the code base
 declares a default; everything else asks this module.
+
+The options are declared on a plain class (`Options`), so that PyGPT's start-up can register
+them without importing pydantic (about 70 ms on the GUI thread); the pydantic model `Settings`
+is built from that declaration the first time it is asked for (`from ... import Settings`
+works as ever: PEP 562 module `__getattr__`).
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+if TYPE_CHECKING:
+    from pydantic import BaseModel as Settings   # the model built by _model()
 
 TABS: dict[str, str] = {
     "general": "General",
@@ -31,29 +38,39 @@ MemoryMode = Literal[
 ]
 
 
+@dataclass(frozen=True)
+class Opt:
+    """One option's declaration: its default and what the settings page and the docs need."""
+    default: Any
+    tab: str
+    label: str
+    description: str
+    kind: str
+    ge: float | None = None
+    le: float | None = None
+    step: float | None = None
+    secret: bool = False
+    use: str | None = None
+    issue: int = 2
+    advanced: bool = False
+
+
 def opt(default: Any, *, tab: str, label: str, description: str, kind: str | None = None,
         ge: float | None = None, le: float | None = None, step: float | None = None,
         secret: bool = False, use: str | None = None, issue: int = 2, advanced: bool = False) -> Any:
-    """A pydantic Field carrying the metadata PyGPT's settings page and the docs need.
+    """An option's declaration (see `Opt`), turned into a pydantic Field by `_model()`.
 
     `kind` is PyGPT's widget type (text, textarea, int, float, bool, combo); it is derived
     from the default when not given. `issue` names the issue that implements the option.
     """
     if kind is None:
         kind = {bool: "bool", int: "int", float: "float", str: "text"}[type(default)]
-    extra = {"tab": tab, "label": label, "kind": kind, "secret": secret, "issue": issue,
-             "advanced": advanced}
-    if step is not None:
-        extra["step"] = step
-    if use is not None:
-        extra["use"] = use
-    return Field(default, ge=ge, le=le, description=description, json_schema_extra=extra)
+    return Opt(default, tab=tab, label=label, description=description, kind=kind, ge=ge, le=le,
+               step=step, secret=secret, use=use, issue=issue, advanced=advanced)
 
 
-class Settings(BaseModel):
+class Options:
     """Every MemoryPlus option. Field names are the option ids PyGPT stores in config.json."""
-
-    model_config = ConfigDict(extra="ignore", validate_assignment=True, frozen=False)
 
     # ── General ────────────────────────────────────────────────────────────────────────
     auto_ingest: bool = opt(True, tab="general", label="Auto-Ingest", issue=4, description=(
@@ -260,22 +277,36 @@ class OptionInfo:
     use: str | None = None
 
 
+_lock = threading.Lock()
+_declared: tuple[tuple[str, Any, Opt], ...] | None = None   # (id, type, declaration)
+_infos: tuple[OptionInfo, ...] | None = None
+
+
+def _declarations() -> tuple[tuple[str, Any, Opt], ...]:
+    """(id, annotation, Opt) of every option, in declaration order."""
+    global _declared
+    if _declared is None:
+        import typing
+        hints = typing.get_type_hints(Options, globalns=globals())
+        _declared = tuple((name, hints[name], value) for name, value in vars(Options).items()
+                          if isinstance(value, Opt))
+    return _declared
+
+
 def options() -> list[OptionInfo]:
     """Every option, in declaration order (the order of the settings page)."""
-    out = []
-    for name, field in Settings.model_fields.items():
-        extra = dict(field.json_schema_extra or {})
-        ge = le = None
-        for meta in field.metadata:
-            ge = getattr(meta, "ge", ge)
-            le = getattr(meta, "le", le)
-        choices = tuple(getattr(field.annotation, "__args__", ()) or ())
-        out.append(OptionInfo(
-            id=name, kind=extra["kind"], default=field.default, tab=extra["tab"], label=extra["label"],
-            description=field.description or "", secret=extra["secret"], issue=extra["issue"],
-            advanced=extra["advanced"], ge=ge, le=le, step=extra.get("step"),
-            choices=choices if extra["kind"] == "combo" else (), use=extra.get("use")))
-    return out
+    global _infos
+    if _infos is None:
+        out = []
+        for name, annotation, o in _declarations():
+            choices = tuple(getattr(annotation, "__args__", ()) or ())
+            out.append(OptionInfo(
+                id=name, kind=o.kind, default=o.default, tab=o.tab, label=o.label,
+                description=o.description or "", secret=o.secret, issue=o.issue,
+                advanced=o.advanced, ge=o.ge, le=o.le, step=o.step,
+                choices=choices if o.kind == "combo" else (), use=o.use))
+        _infos = tuple(out)
+    return list(_infos)
 
 
 def option(name: str) -> OptionInfo:
@@ -285,7 +316,44 @@ def option(name: str) -> OptionInfo:
     raise KeyError(name)
 
 
+def defaults() -> dict[str, Any]:
+    """Every option's default, by id (what `Settings()` holds), without pydantic."""
+    return {info.id: info.default for info in options()}
+
+
 SECRET_OPTIONS = frozenset(i.id for i in options() if i.secret)
+
+
+def _model() -> type[Settings]:
+    """The pydantic model of the options, built once (thread-safe) on first use."""
+    model = globals().get("Settings")
+    if model is not None:
+        return model
+    with _lock:
+        model = globals().get("Settings")
+        if model is None:
+            from pydantic import ConfigDict, Field, create_model
+            fields: dict[str, Any] = {}
+            for name, annotation, o in _declarations():
+                extra: dict[str, Any] = {"tab": o.tab, "label": o.label, "kind": o.kind,
+                                         "secret": o.secret, "issue": o.issue, "advanced": o.advanced}
+                if o.step is not None:
+                    extra["step"] = o.step
+                if o.use is not None:
+                    extra["use"] = o.use
+                fields[name] = (annotation, Field(o.default, ge=o.ge, le=o.le, description=o.description,
+                                                  json_schema_extra=extra))
+            model = create_model(
+                "Settings", __config__=ConfigDict(extra="ignore", validate_assignment=True, frozen=False),
+                __doc__=Options.__doc__, __module__=__name__, **fields)
+            globals()["Settings"] = model
+    return model
+
+
+def __getattr__(name: str) -> Any:   # PEP 562: `Settings` is built when first asked for
+    if name == "Settings":
+        return _model()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class SettingsError(ValueError):
@@ -309,8 +377,9 @@ def _describe(err: dict) -> str:
 
 def validate(values: dict[str, Any]) -> Settings:
     """Settings from a dict of option values, or SettingsError naming every bad option."""
+    from pydantic import ValidationError
     try:
-        return Settings.model_validate(values)
+        return _model().model_validate(values)
     except ValidationError as exc:
         raise SettingsError([_describe(e) for e in exc.errors()]) from None
 
@@ -320,14 +389,16 @@ def validate_lenient(values: dict[str, Any]) -> tuple[Settings, list[str]]:
 
     Used where refusing to start would be worse than running on defaults (inside PyGPT).
     """
+    from pydantic import ValidationError
+    model = _model()
     good: dict[str, Any] = {}
     problems: list[str] = []
     for name, value in values.items():
-        if name not in Settings.model_fields:
+        if name not in model.model_fields:
             continue
         try:
-            Settings.model_validate({name: value})
+            model.model_validate({name: value})
             good[name] = value
         except ValidationError as exc:
             problems.extend(_describe(e) for e in exc.errors())
-    return Settings.model_validate(good), problems
+    return model.model_validate(good), problems

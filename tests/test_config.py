@@ -73,3 +73,31 @@ def test_settings_doc_is_up_to_date():
     from memoryplus.config.docs import render
     doc = Path(__file__).resolve().parents[1] / "docs" / "SETTINGS.md"
     assert doc.read_text(encoding="utf-8") == render(), "run: python -m memoryplus.config.docs"
+
+
+def test_options_and_defaults_need_no_pydantic_and_settings_is_built_from_them():
+    """PyGPT's start registers the options without pydantic; `Settings` is built on first use
+    from the same declaration (same defaults, ranges and metadata)."""
+    import subprocess
+    import sys
+    code = ("import sys\n"
+            "from memoryplus.config import schema\n"
+            "infos = schema.options(); d = schema.defaults(); schema.option('context_limit')\n"
+            "assert schema.SECRET_OPTIONS and len(infos) == len(d) >= 40\n"
+            "assert 'pydantic' not in sys.modules, sorted(m for m in sys.modules if 'pydantic' in m)\n"
+            "from memoryplus.config.schema import Settings\n"
+            "assert 'pydantic' in sys.modules and schema.Settings is Settings\n"
+            "assert Settings().model_dump() == d\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert Settings.__module__ == "memoryplus.config.schema" and Settings.__name__ == "Settings"
+    assert Settings().model_dump() == schema.defaults()
+    for info in schema.options():
+        field = Settings.model_fields[info.id]
+        assert field.description == info.description and field.json_schema_extra["label"] == info.label
+    with pytest.raises(Exception):
+        Settings(context_limit=0)
+    s = Settings()
+    with pytest.raises(Exception):      # validate_assignment, as before
+        s.batch_size = 0
+    assert Settings(unknown_option=1).model_dump() == schema.defaults()   # extra="ignore"
