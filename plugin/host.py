@@ -1,10 +1,13 @@
 """What MemoryPlus reads from PyGPT: API keys and endpoints, the bank of a turn, options."""
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from memoryplus.config.schema import Settings, options, validate_lenient
-from memoryplus.worker.records import Credentials
+from memoryplus.config.schema import options
+
+if TYPE_CHECKING:   # pydantic: imported when first needed, off PyGPT's start-up path
+    from memoryplus.config.schema import Settings
+    from memoryplus.worker.records import Credentials
 
 # PyGPT providers that speak our LLM clients' protocols natively; any other provider of a
 # model (anthropic, deepseek, open_router, ...) is reached as an OpenAI-compatible endpoint.
@@ -25,6 +28,7 @@ def bank_for(ctx: Any, settings: Settings) -> str:
 
 def credentials(window: Any, settings: Settings) -> Credentials:
     """Keys and endpoints for the Graphiti model, from PyGPT's own provider configuration."""
+    from memoryplus.worker.records import Credentials
     creds: dict[str, str] = {}
     try:
         models = window.core.models
@@ -77,6 +81,7 @@ def register_options(plugin: Any) -> None:
 
 def read_settings(plugin: Any) -> tuple[Settings, list[str]]:
     """The plugin's option values as Settings; a bad value keeps its default and is reported."""
+    from memoryplus.config.schema import validate_lenient
     values = {}
     for info in options():
         if plugin.has_option(info.id):

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
-from memoryplus.worker.records import SearchResult
+if TYPE_CHECKING:   # annotations only: pydantic stays off PyGPT's start-up path
+    from memoryplus.worker.records import SearchResult
 
 TAG = "memoryplus_memories"
 HEADER = ("Recalled notes from earlier conversations with this user (MemoryPlus). They are "

@@ -7,30 +7,38 @@ Threads (PyGPT 2.9.1, see reference/pygpt-plugin-api.md):
   inject the block into this same turn's system prompt. Where PyGPT runs it on the GUI thread
   (assistant/expert modes) we only take what is ready within the GUI budget.
 Every handler catches everything: an exception escaping handle() leaves PyGPT "generating".
-Widgets are touched only from the GUI thread: results from other threads arrive by signal.
+Widgets and PyGPT's config are touched only from the GUI thread: results from other threads
+arrive by signal.
+
+Start-up: importing this module, constructing and registering the plugin and PyGPT's start-up
+timer stay cheap on the GUI thread: nothing here imports pydantic or builds the Settings model
+at import. The options are registered from the schema's plain metadata and `settings` holds
+the defaults until the start-up thread (`_build`) has read and validated the saved values.
 """
 from __future__ import annotations
 
 import logging
 import threading
+import types
 from collections import OrderedDict
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QTimer, Signal, Slot
 
 from pygpt_net.core.events import Event
 from pygpt_net.plugin.base.plugin import BasePlugin
 
-from memoryplus.config.paths import SETTINGS_FILE, load_settings, save_settings
-from memoryplus.config.schema import TABS, Settings
+from memoryplus.config.schema import TABS, defaults
 from memoryplus.plugin import commands as chat_commands
 from memoryplus.plugin import host
 from memoryplus.plugin.memory_block import build_block, inject
-from memoryplus.worker.records import SearchResult, Turn
+
+if TYPE_CHECKING:   # pydantic models: imported on the start-up thread, not at import
+    from memoryplus.worker.records import SearchResult, Turn
 
 log = logging.getLogger("memoryplus.plugin")
 
@@ -53,8 +61,21 @@ class PendingSearch:
     generation: object = None
 
 
+def _snapshot(ctx) -> Any:
+    """What bank_for() and turn_from_ctx() read of a turn, kept while the start is under way
+    (PyGPT may go on changing its CtxItem)."""
+    meta = getattr(ctx, "meta", None)
+    return types.SimpleNamespace(
+        input=getattr(ctx, "input", ""), output=getattr(ctx, "output", ""),
+        id=getattr(ctx, "id", None) or f"obj{id(ctx)}", meta_id=getattr(ctx, "meta_id", None),
+        input_timestamp=getattr(ctx, "input_timestamp", None) or time.time(),
+        meta=None if meta is None else types.SimpleNamespace(id=getattr(meta, "id", None),
+                                                             preset=getattr(meta, "preset", None)))
+
+
 class Plugin(BasePlugin):
     notify = Signal(str)           # text for the user, shown on the GUI thread
+    restore_requested = Signal(object)   # mirrored values PyGPT lost: restored on the GUI thread
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -67,7 +88,8 @@ class Plugin(BasePlugin):
         self.order = 100
         self.use_locale = False
         self.tabs = dict(TABS)
-        self.settings = Settings()
+        # The defaults (plain values, no pydantic) until _build() has validated the saved ones.
+        self.settings: Any = types.SimpleNamespace(**defaults())
         self.client = None
         self.queue = None
         self.cache = None
@@ -83,11 +105,13 @@ class Plugin(BasePlugin):
         self._closed = False
         self._ready = threading.Event()       # set once _build() has finished (or failed)
         self._ready.set()
-        self._early_turns: list[tuple[str, Turn]] = []   # turns that ended before the queue existed
+        self._early_turns: list[Any] = []   # turns (ctx snapshots) that ended before the queue existed
         self._settings_stale = False
         self._status = ""
         self._last_expiry = 0.0
         self._llm_calls: list[tuple[float, int]] = []
+        # Auto: a direct call when emitted on the GUI thread, queued from the start-up thread.
+        self.restore_requested.connect(self._restore_options)
         self.init_options()
 
     # ── options ────────────────────────────────────────────────────────────────────────
@@ -126,7 +150,7 @@ class Plugin(BasePlugin):
         try:
             return Path(self.window.core.config.get_user_path()) / "memoryplus"
         except Exception:
-            from memoryplus.config.paths import default_data_dir
+            from memoryplus.config.paths import default_data_dir   # imports pydantic: fallback only
             return default_data_dir()
 
     def banks_dir(self) -> Path:
@@ -142,10 +166,6 @@ class Plugin(BasePlugin):
                 return
             self._started = True
             self._ready.clear()
-        try:
-            self._restore_or_mirror_settings()    # PyGPT's config: on the caller's (GUI) thread
-        except Exception as exc:
-            self._fail("cannot read settings", exc)
         if wait:
             self._build()
         else:
@@ -159,6 +179,16 @@ class Plugin(BasePlugin):
         return self._ready.wait(timeout)
 
     def _build(self) -> None:
+        try:
+            self._read_settings()     # pydantic and the Settings model: here, not at import
+        except Exception as exc:
+            self._fail("cannot read settings", exc)
+            try:
+                from memoryplus.config.schema import Settings
+                if not isinstance(self.settings, Settings):
+                    self.settings = Settings()
+            except Exception:
+                pass
         try:
             from memoryplus.plugin.cache import SearchCache
             from memoryplus.plugin.queue import IngestQueue
@@ -176,21 +206,34 @@ class Plugin(BasePlugin):
             self.client = client
             queue = IngestQueue(self.user_dir() / "spool", s, self._ingest_batch)
             queue.start()
-            with self._lock:   # turns that ended while we were starting
-                self.queue, early, self._early_turns = queue, self._early_turns, []
-            for bank, turn in early:
-                queue.put(bank, turn)
+            while True:   # turns that ended while we were starting, in order, with our settings
+                with self._lock:
+                    early, self._early_turns = self._early_turns, []
+                    if not early:
+                        self.queue = queue
+                        break
+                for ctx in early:
+                    try:
+                        self._take_turn(ctx, queue)
+                    except Exception as exc:   # one bad turn must not stop the start
+                        self._fail("cannot keep a turn that ended while starting", exc)
         except Exception as exc:  # never take PyGPT down with us
             self._fail("cannot start", exc)
         finally:
-            self._ready.set()
-        if self._settings_stale:      # saved while we were starting
-            self._settings_stale = False
-            self.on_settings_changed()
+            with self._lock:
+                self._ready.set()
+                stale, self._settings_stale = self._settings_stale, False
+        if stale:      # saved while we were starting
+            try:
+                self.on_settings_changed()
+            except Exception as exc:
+                self._fail("cannot apply settings", exc)
 
-    def _restore_or_mirror_settings(self) -> None:
-        """PyGPT drops a plugin's saved values when it starts without the plugin; we keep a
-        mirror in our data directory and restore from it when PyGPT has nothing saved."""
+    def _read_settings(self) -> None:
+        """The saved values, validated (on the start-up thread). PyGPT drops a plugin's saved
+        values when it starts without the plugin; we keep a mirror in our data directory and
+        restore from it when PyGPT has nothing saved (PyGPT's side of that on the GUI thread)."""
+        from memoryplus.config.paths import SETTINGS_FILE, load_settings
         saved = {}
         try:
             saved = self.window.core.config.get("plugins", {}).get(self.id) or {}
@@ -199,19 +242,28 @@ class Plugin(BasePlugin):
         mirror = self.user_dir() / SETTINGS_FILE
         if not saved and mirror.exists():
             restored, problems = load_settings(self.user_dir())
-            for name, value in restored.model_dump().items():
+            self.restore_requested.emit(restored.model_dump())
+            self._apply_settings(restored, problems)
+        else:
+            self._apply_settings()
+
+    @Slot(object)
+    def _restore_options(self, values: dict) -> None:
+        """GUI thread: put the mirrored values back into PyGPT's options and config."""
+        try:
+            for name, value in values.items():
                 if self.has_option(name):
                     self.set_option_value(name, value)
-            try:
-                self.window.core.config.get("plugins", {})[self.id] = restored.model_dump()
-                self.window.core.config.save()
-            except Exception as exc:
-                log.warning("cannot save restored settings into PyGPT's config: %s", exc)
-        self._apply_settings()
+            self.window.core.config.get("plugins", {})[self.id] = dict(values)
+            self.window.core.config.save()
+        except Exception as exc:
+            log.warning("cannot save restored settings into PyGPT's config: %s", exc)
 
-    def _apply_settings(self) -> None:
-        settings, problems = host.read_settings(self)
-        for p in problems:
+    def _apply_settings(self, settings=None, problems: list[str] | None = None) -> None:
+        from memoryplus.config.paths import save_settings
+        if settings is None:
+            settings, problems = host.read_settings(self)
+        for p in problems or []:
             self._report(f"MemoryPlus: {p}")
         self.settings = settings
         try:
@@ -223,10 +275,10 @@ class Plugin(BasePlugin):
         """A change takes effect without restarting PyGPT."""
         if not self._started:
             return
-        if not self._ready.is_set():     # the start-up thread applies them when it is done
-            self._apply_settings()
-            self._settings_stale = True
-            return
+        with self._lock:
+            if not self._ready.is_set():   # the start-up thread applies them when it is done
+                self._settings_stale = True
+                return
         self._apply_settings()
         s = self.settings
         from memoryplus.plugin.sanitize import Sanitizer
@@ -326,6 +378,7 @@ class Plugin(BasePlugin):
 
     def _search_done(self, pending: PendingSearch, future) -> None:
         try:
+            from memoryplus.worker.records import SearchResult
             raw = future.result()
             pending.results = [SearchResult.model_validate(r) for r in raw or []]
             if self.cache is not None:
@@ -370,6 +423,7 @@ class Plugin(BasePlugin):
                     and str(getattr(ctx, "output", "") or "").strip())
 
     def turn_from_ctx(self, ctx) -> Turn:
+        from memoryplus.worker.records import Turn
         meta = getattr(ctx, "meta", None)
         meta_id = getattr(meta, "id", None) or getattr(ctx, "meta_id", None) or "0"
         ctx_id = getattr(ctx, "id", None) or f"obj{id(ctx)}"
@@ -381,6 +435,14 @@ class Plugin(BasePlugin):
     def _on_turn_end(self, ctx) -> None:
         if not self.is_real_turn(ctx):
             return
+        with self._lock:
+            queue = self.queue
+            if queue is None:   # still starting: handled on the start-up thread, with the saved settings
+                self._early_turns.append(_snapshot(ctx))
+                return
+        self._take_turn(ctx, queue)
+
+    def _take_turn(self, ctx, queue) -> None:
         bank = host.bank_for(ctx, self.settings)
         turn = self.turn_from_ctx(ctx)
         key = f"{bank}\x00{turn.id}\x00{hash((turn.user, turn.assistant))}"
@@ -392,11 +454,6 @@ class Plugin(BasePlugin):
         self._last_turn[bank] = turn
         if not self.settings.auto_ingest:
             return
-        with self._lock:
-            queue = self.queue
-            if queue is None:            # still starting: handed to the queue once it exists
-                self._early_turns.append((bank, turn))
-                return
         queue.put(bank, turn)
 
     def _ingest_batch(self, bank: str, turns: list[Turn]):
@@ -455,7 +512,13 @@ class Plugin(BasePlugin):
         return host.bank_for(ctx, self.settings)
 
     def _on_input(self, data: dict) -> None:
-        if not self.settings.manual_flagging:
+        flagging = self.settings.manual_flagging
+        if self.queue is None:   # still starting: the saved value, not yet validated
+            try:
+                flagging = self.get_option_value("manual_flagging") is not False
+            except Exception:
+                pass
+        if not flagging:
             return
         cmd = chat_commands.parse(str(data.get("value", "") or ""))
         if cmd is None:
@@ -528,6 +591,7 @@ class Plugin(BasePlugin):
         except Exception as exc:
             self._tell(f"Could not search memories to forget: {exc}")
             return
+        from memoryplus.worker.records import SearchResult
         matches = [SearchResult.model_validate(m) for m in report.get("matches", [])]
         if not matches:
             self._forget_offer = None

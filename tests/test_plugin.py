@@ -84,8 +84,9 @@ def test_presets_have_their_own_banks_and_unsaved_presets_share_one(host):
     assert "7731" not in chat_turn(window, "What is the launch code for Falcon?", "?", preset="home", ctx_id=3)
     assert "7731" in block_of(chat_turn(window, "What is the launch code for Falcon?", "?", preset="work", ctx_id=4))
     assert "Miso" in block_of(chat_turn(window, "What is my cat called?", "?", preset="current.agent", ctx_id=5))
+    settle(window, plugin)     # the questions are turns too: "home"'s is stored in its own bank
     banks = {b["name"] for b in plugin.client.call("banks", {}, timeout=30)}
-    assert banks == {"work", "default"}
+    assert banks == {"work", "home", "default"}
 
 
 @pytest.mark.option("manual_flagging")
@@ -309,3 +310,116 @@ def test_pygpt_start_is_not_held_up_and_early_turns_are_kept(tmp_path, monkeypat
     finally:
         gate.set()
         plugin.destroy()
+
+
+def test_saved_bank_settings_apply_to_a_turn_that_ended_before_the_start(tmp_path, monkeypatch):
+    """Until the start-up thread has validated the saved settings, `settings` holds the
+    defaults; a turn ending meanwhile is kept as it was and given its bank by the saved ones."""
+    import threading
+    from memoryplus.plugin import host as plugin_host
+    gate = threading.Event()
+    real_read = plugin_host.read_settings
+
+    def slow_read(plugin):      # hold our own start-up (not PyGPT's API) before the settings are read
+        gate.wait(30)
+        return real_read(plugin)
+    monkeypatch.setattr(plugin_host, "read_settings", slow_read)
+    window = HostWindow(tmp_path / "pygpt")
+    window.core.config.data.setdefault("plugins", {})["memoryplus"] = {
+        **LOCAL, "link_db_to_preset": False, "fallback_bank": "household"}
+    plugin = window.register(Plugin())
+    try:
+        window.process_events(0.1)            # PyGPT's event loop runs the start-up timer
+        assert plugin._started and not plugin.wait_started(0)
+        assert plugin.settings.fallback_bank == "default", "still the defaults"
+        prompt = chat_turn(window, "My plumber is called Jasper Okonkwo.", "Noted!", preset="renovation", ctx_id=1)
+        assert TAG not in prompt, "no search before the start"
+        window.save_options(plugin, context_limit=4)   # saved while starting: applied once started
+        gate.set()
+        assert plugin.wait_started(60)
+        assert plugin.settings.fallback_bank == "household" and not plugin.settings.link_db_to_preset
+        settle(window, plugin)
+        assert plugin.settings.context_limit == 4
+        banks = {b["name"] for b in plugin.client.call("banks", {}, timeout=30)}
+        assert banks == {"household"}, banks
+        found = plugin.client.call("search", {"bank": "household", "query": "Who is my plumber?"}, timeout=60)
+        assert any("Jasper" in r["text"] for r in found), found
+    finally:
+        gate.set()
+        plugin.destroy()
+
+
+def test_settings_are_restored_on_the_gui_thread_when_started_by_pygpt(host, tmp_path):
+    """As test_settings_survive_pygpt_dropping_them, but started as PyGPT starts us (a thread):
+    the settings come from the mirror at once; PyGPT's options and config are restored by the
+    GUI thread's event loop, never from the start-up thread."""
+    window, plugin = host()
+    window.save_options(plugin, context_limit=3, memory_mode="Research")
+    plugin.destroy()
+    cfg_path = tmp_path / "pygpt" / "config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg.get("plugins", {}).pop("memoryplus", None)
+    cfg_path.write_text(json.dumps(cfg))
+    again = HostWindow(tmp_path / "pygpt")
+    plugin2 = again.register(Plugin())
+    plugin2._start_in_background()
+    try:
+        assert plugin2.wait_started(60)
+        assert plugin2.settings.context_limit == 3 and plugin2.settings.memory_mode == "Research"
+        assert plugin2.get_option_value("context_limit") == 10, "not from the start-up thread"
+        deadline = time.monotonic() + 10
+        while plugin2.get_option_value("context_limit") != 3 and time.monotonic() < deadline:
+            again.process_events(0.05)
+        assert plugin2.get_option_value("memory_mode") == "Research"
+        assert again.core.config.get("plugins")["memoryplus"]["context_limit"] == 3
+        assert json.loads(cfg_path.read_text())["plugins"]["memoryplus"]["context_limit"] == 3
+    finally:
+        plugin2.destroy()
+
+
+_NO_PYDANTIC_AT_START = r'''
+import json, sys, threading
+from pathlib import Path
+
+imported = {}
+
+class Spy:   # records which thread first imports pydantic
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        if name == "pydantic" and name not in imported:
+            imported[name] = threading.current_thread() is threading.main_thread()
+        return None
+
+from memoryplus.testing.pygpt_host import HostWindow
+window = HostWindow(Path(sys.argv[1]))
+window.core.config.data.setdefault("plugins", {})["memoryplus"] = json.loads(sys.argv[2])
+assert "pydantic" not in sys.modules, "PyGPT's parts imported pydantic"
+sys.meta_path.insert(0, Spy)
+from memoryplus.plugin.plugin import Plugin
+plugin = window.register(Plugin())
+plugin._start_in_background()
+out = {"registered": len(plugin.options)}
+assert plugin.wait_started(60)
+window.process_events(0.1)
+out.update(imported_on_main=imported.get("pydantic"), client=plugin.client is not None,
+           settings=type(plugin.settings).__name__, error=plugin.last_error)
+plugin.destroy()
+print(json.dumps(out), flush=True)
+'''
+
+
+def test_pygpt_start_does_not_import_pydantic_on_the_gui_thread(tmp_path):
+    """Importing the plugin, its construction and registration, setup_ui and the start-up
+    timer's work leave pydantic (about 70 ms with our model) to the start-up thread."""
+    import os
+    import subprocess
+    import sys
+    env = {**os.environ, "GRAPHITI_TELEMETRY_ENABLED": "false", "QT_QPA_PLATFORM": "offscreen"}
+    proc = subprocess.run([sys.executable, "-c", _NO_PYDANTIC_AT_START, str(tmp_path / "pygpt"),
+                           json.dumps(LOCAL)], capture_output=True, text=True, env=env, timeout=180)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    assert proc.returncode == 0 and lines, proc.stderr[-2000:]
+    out = json.loads(lines[-1])
+    assert out["imported_on_main"] is False, "pydantic was imported on the GUI thread"
+    assert out["registered"] >= len(options())
+    assert out["client"] and out["settings"] == "Settings" and not out["error"], out
