@@ -718,14 +718,12 @@ class MemoryEngine:
         limit = max(1, min(int(limit), 100))
         # "Where did Ravi live before…?": the superseded facts are the answer, so keep them
         past = as_of is None and local_extract.asks_about_past(query)
-        found = {r.id: r for r in await self._search_once(bank, text, as_of, past)}
-        # "my boss" is Tomasz: search again with the name, merge (best score per memory)
+        # "my boss" is Tomasz: search for both (one search, not two: latency)
         for phrase, names in await self._resolve_roles(bank, query):
-            alt = re.sub(re.escape(phrase), " ".join(names), query, flags=re.I)
-            for r in await self._search_once(bank, clean_query(alt), as_of, past):
-                if r.id not in found or found[r.id].score < r.score:
-                    found[r.id] = r
-        return sorted(found.values(), key=lambda r: r.score, reverse=True)[:limit]
+            query = re.sub(re.escape(phrase), lambda m: f"{m.group(0)} {' '.join(names)}", query,
+                           count=1, flags=re.I)
+        out = await self._search_once(bank, clean_query(query), as_of, past)
+        return sorted(out, key=lambda r: r.score, reverse=True)[:limit]
 
     async def _search_once(self, bank: Bank, text: str, as_of: datetime | None, past: bool) -> list[SearchResult]:
         depth = self.settings.search_depth   # candidates per kind (facts, entities, turns)
@@ -741,12 +739,13 @@ class MemoryEngine:
         """For a question about the past: the facts that the current facts found replaced
         ("Ravi lives in Osaka" before "Ravi lives in Valencia"), ranked just above them."""
         by_id = {r.id: r for r in found}
+        current = [e for e in edges if e.invalid_at is None and e.uuid in by_id]
+        if not current:
+            return []
+        ended = await self._query(bank, "ended_facts_from", sources=list({e.source_node_uuid for e in current}))
         picked: dict[str, tuple[dict, float]] = {}
-        for edge in edges:
-            if edge.invalid_at is not None or edge.uuid not in by_id:
-                continue
-            for r in await self._query(bank, "superseded_facts", source=edge.source_node_uuid,
-                                       relation=edge.name):
+        for edge in current:
+            for r in (r for r in ended if r["source"] == edge.source_node_uuid and r["name"] == edge.name):
                 s = by_id[edge.uuid].score * 1.1
                 if r["uuid"] in by_id:          # found already, ranked as any match: lift it
                     by_id[r["uuid"]].score = max(by_id[r["uuid"]].score, round(s, 6))
@@ -773,12 +772,13 @@ class MemoryEngine:
         user = (await self._entity_index(bank)).get("user")
         if user is None:
             return []
+        rows = await self._query(bank, "current_facts_named", source=user[0],
+                                 relations=list({rel for _, rel in refs}))
         out: list[tuple[str, list[str]]] = []
         for phrase, relation in refs:
             if any(phrase.lower().startswith(p.lower()) for p, _ in out):
                 continue          # "my little sister" resolved: not "my little" too
-            rows = await self._query(bank, "current_facts_from", source=user[0], relation=relation)
-            names = list(dict.fromkeys(r["target_name"] for r in rows))[:2]
+            names = list(dict.fromkeys(r["target_name"] for r in rows if r["name"] == relation))[:2]
             if names:
                 out.append((phrase, names))
         return out
@@ -985,8 +985,8 @@ class MemoryEngine:
                 continue
             if await self._query(bank, "current_facts_from", source=f["source"], relation=f["name"]):
                 continue
-            ended = [r for r in await self._query(bank, "superseded_facts", source=f["source"], relation=f["name"])
-                     if _ts(r["invalid_at"]) == ended_at]
+            ended = [r for r in await self._query(bank, "ended_facts_from", sources=[f["source"]])
+                     if r["name"] == f["name"] and _ts(r["invalid_at"]) == ended_at]
             if ended:
                 latest = max(ended, key=lambda r: _ts(r["valid_at"]) or ended_at)
                 await self._query(bank, "restore_fact", uuid=latest["uuid"])

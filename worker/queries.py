@@ -58,8 +58,10 @@ def _queries(p: GraphProvider) -> dict[str, str]:
                            f"RETURN {_FACT_FIELDS}"),
         "current_facts_from": (f"MATCH {fact} WHERE s.uuid = $source AND r.name = $relation "
                                f"AND r.expired_at IS NULL RETURN {_FACT_FIELDS}"),
-        "superseded_facts": (f"MATCH {fact} WHERE s.uuid = $source AND r.name = $relation "
-                             f"AND r.invalid_at IS NOT NULL RETURN {_FACT_FIELDS}"),
+        "current_facts_named": (f"MATCH {fact} WHERE s.uuid = $source AND r.name IN $relations "
+                                f"AND r.expired_at IS NULL RETURN {_FACT_FIELDS}"),
+        "ended_facts_from": (f"MATCH {fact} WHERE s.uuid IN $sources AND r.invalid_at IS NOT NULL "
+                             f"RETURN {_FACT_FIELDS}"),
         "restore_fact": (f"MATCH {fact} WHERE r.uuid = $uuid "
                          "SET r.invalid_at = NULL, r.expired_at = NULL"),
         "set_summary": "MATCH (n:Entity) WHERE n.uuid = $uuid SET n.summary = $summary",
