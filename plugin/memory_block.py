@@ -43,6 +43,8 @@ def _tags(tags: Iterable[str]) -> str:
 
 def format_line(r: SearchResult) -> str:
     when = r.valid_at.date().isoformat() if r.valid_at else "undated"
+    if r.invalid_at is not None:    # a replaced fact (asked about the past): say it ended
+        when = f"{when} to {r.invalid_at.date().isoformat()}, no longer true"
     text = escape(r.text)
     if r.kind == "episode":
         text = text.replace("User: ", "user said: ").replace("Assistant: ", "assistant said: ")
