@@ -417,3 +417,18 @@ async def test_forgetting_the_newer_fact_makes_the_older_one_current_again(engin
     assert berlin is not None and berlin.invalid_at is None, texts(now)
     assert not any("Paris" in r.text for r in now)
     assert (await engine.stats(BANK)).current_facts >= 1
+
+
+async def test_a_long_backfill_fits_the_smallest_buffer_pool(make_engine):
+    """Kuzu keeps unflushed pages in its buffer pool: a backfill that never pauses must flush
+    as it goes, or it fails with 'buffer pool is full' (at ~4 turns per MB)."""
+    from memoryplus.cli.bench import load_data, make_turn
+    eng = make_engine(extraction_engine="local", embedding_provider="local", kuzu_buffer_pool_mb=64)
+    turns, _ = load_data(400)
+    stored = 0
+    for i in range(0, len(turns), 25):
+        batch = [make_turn(t, u, a, i + k) for k, (t, u, a) in enumerate(turns[i:i + 25])]
+        report = await eng.ingest("backfill", batch)
+        assert len(report.stored) + len(report.skipped) == len(batch), report
+        stored += len(report.stored)
+    assert stored > 350 and (await eng.stats("backfill")).episodes == stored

@@ -70,8 +70,10 @@ SUMMARY_MAX = 1000
 # (kuzu_statements.py); reopening a bank (when idle) also empties its caches, so not often.
 RECYCLE_AFTER_QUERIES = 50_000
 # The write-ahead log is flushed when the bank is idle (maintain(), seconds after the last
-# write), or under a write load that never pauses at most this often: a CHECKPOINT takes
-# 0.1-0.6 s and every search waits behind it.
+# write); under a load that never pauses, once a minute or once the unflushed turns reach
+# one per MB of buffer pool: Kuzu keeps unflushed pages in its buffer pool and fails with
+# "buffer pool is full" at ~4 turns per MB. Not more often: a CHECKPOINT takes 0.1-0.6 s
+# and every search waits behind it.
 CHECKPOINT_EVERY_S = 60.0
 SUPERSEDED_FOR = 5          # a question about the past: the top current facts whose predecessors count
 # Fusion weights, tuned on tests/data retrieval set (see tests/test_retrieval_quality.py):
@@ -227,7 +229,7 @@ class Bank:
     active: int = 0
     opened_at: float = field(default_factory=time.monotonic)
     checkpointed_at: float = field(default_factory=time.monotonic)
-    unflushed: bool = False     # writes not yet checkpointed
+    unflushed: int = 0          # turns written since the last checkpoint
 
     @property
     def provider(self) -> GraphProvider:
@@ -474,21 +476,21 @@ class MemoryEngine:
                 report.stored.append(turn.id)
             report.llm_calls = self._settle_usage(bank, pruned=pruned, skipped_by_gate=gated)
             if report.stored or report.replaced:
-                await self._written(bank)
+                await self._written(bank, len(report.stored) + len(report.replaced))
         return report
 
-    async def _written(self, bank: Bank) -> None:
-        """After a write batch: flush the log now if the last flush is old, else when idle.
+    async def _written(self, bank: Bank, turns: int) -> None:
+        """After a write batch: flush the log now if it holds much or is old, else when idle.
         What is not flushed is still durable in the log; a crash before the flush costs a
         replay and an index rebuild at the next open (store.open_kuzu)."""
-        if time.monotonic() - bank.checkpointed_at >= CHECKPOINT_EVERY_S:
+        bank.unflushed += turns
+        if (bank.unflushed >= max(20, self.settings.kuzu_buffer_pool_mb)
+                or time.monotonic() - bank.checkpointed_at >= CHECKPOINT_EVERY_S):
             await self._checkpoint(bank)
-        else:
-            bank.unflushed = True
 
     async def _checkpoint(self, bank: Bank) -> None:
         await checkpoint(bank.driver)
-        bank.unflushed, bank.checkpointed_at = False, time.monotonic()
+        bank.unflushed, bank.checkpointed_at = 0, time.monotonic()
 
     def _insights(self, body: str) -> insight_rules.Insights:
         s = self.settings
