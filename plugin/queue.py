@@ -76,6 +76,7 @@ SPOOL_WINDOW_S = 0.200          # a handed-over turn is on disk (fsynced) within
 JITTER = 0.25                   # retry delays are stretched by up to 25 %
 MAX_RETRY_DELAY_S = 3600.0      # no retry waits longer, whatever Retry-After says
 SPOOL_RETRY_S = 1.0             # pause after a failed spool write before trying again
+EXIT_RETRY_S = 0.2              # the same while stopping, until stop()'s timeout
 DROPPED_KEPT = 1000             # dropped turns listed (all are counted)
 MAX_PROBLEMS = 200
 MAX_SLOTS = 64
@@ -323,6 +324,7 @@ class IngestQueue:
         self._started = False
         self._stopping = False
         self._writer_exit = False
+        self._writer_deadline = 0.0     # stop(): retry a failing spool write until then
         self._writer_busy = False
         self._replay_done = False
         self._spool_ready = False
@@ -384,6 +386,8 @@ class IngestQueue:
             ok = not self._ingest_thread.is_alive()
         with self._lock:
             self._writer_exit = True
+            self._writer_deadline = deadline
+            self._write_retry_at = 0.0          # a last write at once, whatever the pause
             self._wcv.notify_all()
         if self._writer_thread is not None:
             self._writer_thread.join(max(0.05, deadline - time.monotonic()))
@@ -854,12 +858,12 @@ class IngestQueue:
     def _writer_loop(self) -> None:
         while True:
             with self._lock:
-                while not self._writer_exit:
+                while True:
                     now = time.monotonic()
                     if now < self._write_retry_at:      # the disk failed: not before the pause
                         self._wcv.wait(self._write_retry_at - now)
                         continue
-                    if self._journal or self._compact_wanted or self._drops_unlogged:
+                    if self._writer_exit or self._journal or self._compact_wanted or self._drops_unlogged:
                         break
                     self._wcv.wait()
                 drops, self._drops_unlogged = self._drops_unlogged, 0
@@ -893,6 +897,13 @@ class IngestQueue:
                     self._kick()
                     if not ok:
                         if self._writer_exit:
+                            # Stopping (PyGPT quits) with turns the disk refused: keep trying
+                            # until stop()'s deadline, not once: they exist nowhere else.
+                            if time.monotonic() + EXIT_RETRY_S < self._writer_deadline:
+                                self._write_retry_at = time.monotonic() + EXIT_RETRY_S
+                                continue
+                            self._problem(f"ingestion spool still failing when the queue stopped: "
+                                          f"{self._unspooled} turn(s) could not be saved and are lost")
                             return
                         self._write_retry_at = time.monotonic() + SPOOL_RETRY_S
 

@@ -231,6 +231,35 @@ def test_unwritable_spool_is_reported_and_ingestion_goes_on(tmp_path, queues, mo
     assert q.counts()["spool_error"] is None
 
 
+def test_turns_the_disk_refused_are_saved_when_it_recovers_during_stop(tmp_path, queues, monkeypatch):
+    """PyGPT quits while the disk fails for a moment (EIO): stop() keeps trying to spool the
+    turns until its timeout instead of once, so the next start still has them."""
+    import errno
+    spool = tmp_path / "spool"
+    q = queues(spool, Sink())
+    q.start()
+    assert q.wait_spooled(5)
+    q.pause("PyGPT about to quit")
+    original, until = qmod._write_all, time.monotonic() + 1.0
+
+    def failing(fd, data):
+        if time.monotonic() < until:
+            raise OSError(errno.EIO, "injected I/O error")
+        original(fd, data)
+    monkeypatch.setattr(qmod, "_write_all", failing)
+    for i in range(4):
+        q.put("b", turn(i, f"said just before quitting {i}"))
+    time.sleep(0.2)
+    assert q.counts()["unspooled"] == 4 and "I/O error" in (q.counts()["spool_error"] or "")
+    assert q.stop(5)                                   # the disk works again after ~1 s
+    monkeypatch.undo()
+    sink2 = Sink()
+    q2 = queues(spool, sink2)
+    q2.start()
+    assert q2.flush(10)
+    assert sorted(sink2.ids()) == ["0", "1", "2", "3"], "every turn replayed on the next start"
+
+
 # ── overflow ──────────────────────────────────────────────────────────────────────────
 
 @pytest.mark.option("queue_size")
