@@ -530,18 +530,22 @@ class MemoryEngine:
         return " ".join(["chat turn", *(t.partition(":")[2] for t in meta.tags)])
 
     async def _extract_llm(self, bank: Bank, episode: EpisodicNode) -> tuple[list[str], list[str]]:
-        llm_savings.install()     # graphiti's per-fact dating call, skipped when a rule knows
         spec = self.spec()
         previous = await bank.graphiti.retrieve_episodes(episode.valid_at, last_n=10,
                                                          group_ids=[bank.slug])
-        result = await bank.graphiti.add_episode(
-            name=episode.name, episode_body=episode.content,
-            source_description=episode.source_description, reference_time=episode.valid_at,
-            source=EpisodeType.message, group_id=bank.slug, uuid=episode.uuid,
-            previous_episode_uuids=[p.uuid for p in previous if p.uuid != episode.uuid],
-            entity_types=spec.entity_types, edge_types=spec.edge_types or None,
-            edge_type_map=spec.edge_type_map or None,
-            custom_extraction_instructions=spec.instructions or None)
+        llm_savings.install()     # graphiti's per-fact dating call, skipped when a rule knows
+        token = llm_savings.active.set(True)   # for this call only (context variables)
+        try:
+            result = await bank.graphiti.add_episode(
+                name=episode.name, episode_body=episode.content,
+                source_description=episode.source_description, reference_time=episode.valid_at,
+                source=EpisodeType.message, group_id=bank.slug, uuid=episode.uuid,
+                previous_episode_uuids=[p.uuid for p in previous if p.uuid != episode.uuid],
+                entity_types=spec.entity_types, edge_types=spec.edge_types or None,
+                edge_type_map=spec.edge_type_map or None,
+                custom_extraction_instructions=spec.instructions or None)
+        finally:
+            llm_savings.active.reset(token)
         bank.entities = None
         tags = [f"{label.lower()}:{n.name.lower()}" for n in result.nodes for label in TAG_LABELS
                 if label in n.labels]

@@ -9,6 +9,7 @@ then is the call skipped; anything temporal still goes to the LLM.
 """
 from __future__ import annotations
 
+import contextvars
 import re
 
 from graphiti_core.utils.datetime_utils import ensure_utc
@@ -27,6 +28,9 @@ TEMPORAL = re.compile(
     r"became|joined|switched|changed)\b", re.I)
 
 _installed = False
+# Only our engine's extraction is changed: graphiti used directly in the same process (the
+# bench's stock baseline, tests of graphiti itself) keeps its own behaviour.
+active: contextvars.ContextVar[bool] = contextvars.ContextVar("memoryplus_llm_savings", default=False)
 
 
 def is_timeless(text: str) -> bool:
@@ -35,7 +39,7 @@ def is_timeless(text: str) -> bool:
 
 
 def install() -> None:
-    """Wrap graphiti's per-fact dating call (idempotent; the engine calls it for llm extraction)."""
+    """Wrap graphiti's per-fact dating call (idempotent); it applies where `active` is set."""
     global _installed
     if _installed:
         return
@@ -43,7 +47,7 @@ def install() -> None:
 
     async def dated_by_rule_or_llm(llm_client, edge, episode, **kwargs):
         reference = edge.reference_time or (episode.valid_at if episode is not None else None)
-        if (edge.valid_at is None and edge.invalid_at is None and reference is not None
+        if (active.get() and edge.valid_at is None and edge.invalid_at is None and reference is not None
                 and is_timeless(edge.fact) and is_timeless(getattr(episode, "content", ""))):
             edge.valid_at = ensure_utc(reference)
             return
