@@ -22,10 +22,14 @@ What makes it harder than "a unique name in one turn":
 
 File format (read by cli/bench.py): {"turns": [[id, user, assistant], ...],
 "questions": [[question, answer_turn_id], ...]}, plus "meta" parallel to "questions":
-[category, person, kind, value, earlier_value_or_null] for reports and tests. Turns that no
-question references (small talk, mentions, distractors, role introductions) are what the
-benchmark pads a bank with; a superseded value's turn is always referenced (by a
-"previous" question), so padding never restates an old value as if it were new.
+[category, person, kind, value, earlier_value_or_null] for reports and tests.
+
+Banks larger than the data set (`bench` grows to 5,000 turns) are padded by
+generate_turns(n): the 500 turns above, then blocks built the same way (same mix of facts,
+updates, mentions, distractors and small talk) about new people only, "First Last" names
+that share no word with the data set, and frequent people with roles the data set does not
+use, so every question keeps its one answer turn while the bank gains ~76 people per 500
+turns. `python -m memoryplus.testing.make_recall_data` prints the mix of both parts.
 """
 from __future__ import annotations
 
@@ -157,14 +161,21 @@ def _pred(template: str, v: str) -> str:
 
 
 class _Turn:
-    def __init__(self, user: str, assistant: str):
+    def __init__(self, user: str, assistant: str, kind: str = "small_talk", who: str | None = None,
+                 facts: int = 0):
         self.user, self.assistant, self.id = user, assistant, None
+        self.kind, self.who, self.facts = kind, who, facts     # for stats(): what the turn is
 
 
 def build(seed: int = 7, n_core: int = 12, n_peripheral: int = 64, n_filler: int = 29) -> dict:
     """The data set; the default build fits the quick benchmark's 500 turns."""
+    return _build(seed, n_core, n_peripheral, n_filler)[0]
+
+
+def _build(seed: int, n_core: int, n_peripheral: int, n_filler: int, names: list[str] = NAMES,
+           core_roles: list[str] = CORE_ROLES, small_talk: list = FILLER) -> tuple[dict, list[_Turn]]:
     rng = random.Random(seed)
-    assert n_core <= len(CORE_ROLES) and n_core + n_peripheral <= len(NAMES)
+    assert n_core <= len(core_roles) and n_core + n_peripheral <= len(names)
     queues: list[list[_Turn]] = []           # per person, in the order said
     loose: list[_Turn] = []                  # distractors and small talk: anywhere
     questions: list[tuple[str, _Turn, list]] = []   # (question, answer turn, meta)
@@ -176,10 +187,11 @@ def build(seed: int = 7, n_core: int = 12, n_peripheral: int = 64, n_filler: int
     def distractors(name: str, kind: str, taken: set[str], count: int) -> None:
         for kin in rng.sample(KIN, count):
             v = _value(kind, rng, set(taken))          # never the person's own value
-            loose.append(_Turn(f"{name}'s {kin} {_pred(KINDS[kind][5], v)}.", rng.choice(ACKS)))
+            loose.append(_Turn(f"{name}'s {kin} {_pred(KINDS[kind][5], v)}.", rng.choice(ACKS),
+                               "distractor", name))
 
-    people = [(name, CORE_ROLES[i] if i < n_core else RELS[i % len(RELS)], i < n_core)
-              for i, name in enumerate(NAMES[:n_core + n_peripheral])]
+    people = [(name, core_roles[i] if i < n_core else RELS[i % len(RELS)], i < n_core)
+              for i, name in enumerate(names[:n_core + n_peripheral])]
     for name, role, core in people:
         taken: set[str] = set()
         kinds = rng.sample(list(KINDS), 7 if core else 4)
@@ -191,7 +203,7 @@ def build(seed: int = 7, n_core: int = 12, n_peripheral: int = 64, n_filler: int
         facts: dict[str, _Turn] = {}
         linked: dict[str, bool] = {}
         if core:
-            queue.append(_Turn(f"My {role} is {name}.", rng.choice(ACKS)))
+            queue.append(_Turn(f"My {role} is {name}.", rng.choice(ACKS), "intro", name))
         first = True
         pending = list(kinds)
         rng.shuffle(pending)
@@ -205,19 +217,20 @@ def build(seed: int = 7, n_core: int = 12, n_peripheral: int = 64, n_filler: int
                 subject = f"My {role} {name}" if first else name
             first = False
             text = f"{subject} {_pred(KINDS[kind][1], values[kind])}"
-            turn = _Turn("", rng.choice(ACKS))
+            turn = _Turn("", rng.choice(ACKS), "fact", name, 1)
             facts[kind], linked[kind] = turn, link
             # peripheral people: sometimes two facts in one turn
             if not core and pending and rng.random() < 0.4:
                 other = pending.pop()
                 text += f" and {_pred(KINDS[other][1], values[other])}"
                 facts[other], linked[other] = turn, link
+                turn.facts = 2
             turn.user = text + "."
             queue.append(turn)
         if core:
             for _ in range(4):
                 queue.append(_Turn(rng.choice(MENTIONS).format(n=name, t=rng.choice(TOPICS)),
-                                   rng.choice(MENTION_REPLIES)))
+                                   rng.choice(MENTION_REPLIES), "mention", name))
             queue[1:] = rng.sample(queue[1:], len(queue) - 1)
         # updates come after the statement they replace
         new_turns: dict[str, _Turn] = {}
@@ -226,7 +239,7 @@ def build(seed: int = 7, n_core: int = 12, n_peripheral: int = 64, n_filler: int
             subject = f"My {role} {name}" if link else name
             v = new_values[kind]
             turn = _Turn(rng.choice(UPDATES[kind][0]).format(s=subject, v=v, a=_article(v)),
-                         rng.choice(ACKS))
+                         rng.choice(ACKS), "update", name, 1)
             at = queue.index(facts[kind])
             queue.insert(rng.randint(at + 1, len(queue)), turn)
             new_turns[kind], linked[kind + ":new"] = turn, link
@@ -258,7 +271,7 @@ def build(seed: int = 7, n_core: int = 12, n_peripheral: int = 64, n_filler: int
                 if style == "distractor":
                     distractors(name, kind, taken, 1)
 
-    loose += [_Turn(*rng.choice(FILLER)) for _ in range(n_filler)]
+    loose += [_Turn(*rng.choice(small_talk)) for _ in range(n_filler)]
     # interleave: people's turns keep their order; loose turns land anywhere
     stream: list[_Turn] = []
     remaining = [list(q) for q in queues]
@@ -278,7 +291,99 @@ def build(seed: int = 7, n_core: int = 12, n_peripheral: int = 64, n_filler: int
                      "[category, person, kind, value, earlier value]." % seed,
             "turns": [[t.id, t.user, t.assistant] for t in stream],
             "questions": [[q, t.id] for q, t, _ in questions],
-            "meta": [m for _, _, m in questions]}
+            "meta": [m for _, _, m in questions]}, stream
+
+
+# ── padding: the same kind of chat beyond the data set, for banks larger than 500 turns ──
+# New people only, named "First Last" from pools that share no word with the data set (so no
+# padded turn restates or changes a data-set person's fact, and every question keeps its one
+# answer turn); the frequent people get roles of their own, never the data set's CORE_ROLES
+# (a second "my landlord" would make "What does my landlord do?" ambiguous).
+PAD_FIRST = """Adele Bastian Celine Dorian Edith Fabian Gemma Harald Iris Jakub Karin Leon Marta
+Niklas Orla Pietro Quinn Rhea Simon Thea Ulrich Valeria Wim Xenia Yara Zoltan Agnes Boris
+Cecilia Damian Esther Filip Gustav Helga Ivan Julia Klaus Lotte Mikael Nora Otto Paula Rasmus
+Sanna Teodor Ursula Vincent Wilma Yusuf Zofia Adrian Bianca Conrad Dagny Emil Flora Gideon
+Hilde Ivo Jana Kasimir Liv Moritz Nele Oliver Pia Roman Saskia Tilda Walter""".split()
+PAD_LAST = """Abbott Brennan Castillo Dahl Eriksen Fischer Gallagher Horvath Iversen Jansen
+Kowalczyk Lindqvist Moreau Novak Okafor Petrov Quinlan Rossi Schmidt Takahashi Varga Weber
+Yilmaz Zielinski Andersen Bauer Costa Dupont Esposito Ferreira Gruber Haddad Jovanovic Keller
+Lambert Mendes Nakamura Olsen Pereira Romano Sato Tanaka Ueda Vogel Yamamoto Zimmermann Arslan
+Berger Conti Dimitrov Engel Fontaine Gomez Hartmann Ibrahim Jensen Kaplan Lopez Marino Nielsen
+Popescu Richter Svensson Thorsen Lundgren Mazur Brandt Kovacs""".split()
+PAD_ROLES = ["doctor", "manager", "supervisor", "hairdresser", "trainer", "nurse", "surgeon",
+             "dermatologist", "psychiatrist", "paediatrician", "advisor", "agent"]
+SMALL_TALK = FILLER + [
+    ("What's a good houseplant for a dark room?", "A snake plant or a ZZ plant copes well with low light."),
+    ("How do I keep basil alive on a windowsill?", "Water it when the soil is dry and pinch off the flowers."),
+    ("Suggest a name for a book club.", "How about 'Chapter and Verse'?"),
+    ("What's a healthy snack for the afternoon?", "A handful of nuts and an apple."),
+    ("How can I make my coffee less bitter?", "Use slightly cooler water and a coarser grind."),
+    ("Is it better to stretch before or after running?", "Dynamic warm-up before, static stretches after."),
+    ("What should I pack for a weekend hike?", "Water, layers, snacks, a map and a small first-aid kit."),
+    ("How do I descale a kettle?", "Boil a mix of water and vinegar, leave it, then rinse well."),
+    ("Give me a riddle.", "What has keys but can't open locks? A piano."),
+    ("How many minutes should I steep green tea?", "Two to three minutes at about 80 degrees."),
+    ("What's an easy dessert with three ingredients?", "Banana, oats and peanut butter cookies."),
+    ("How do I stop my glasses from fogging up?", "A drop of dish soap, rubbed in and wiped off, helps."),
+    ("Any ideas for a rainy Sunday?", "Bake bread, start a puzzle or watch a film series."),
+    ("What's the best way to learn touch typing?", "Fifteen minutes a day on a typing tutor, eyes off the keys."),
+    ("Why is the sky blue?", "Air scatters blue light more than red light."),
+    ("How do I fold a fitted sheet?", "Tuck the corners into each other, then fold into a rectangle."),
+    ("Recommend a podcast genre for long drives.", "Narrative history or true-crime series work well."),
+    ("How often should I water a cactus?", "Every two to four weeks, less in winter."),
+    ("What's a good warm-up before lifting weights?", "Five minutes of light cardio and a few light sets."),
+    ("How do I write a thank-you note?", "Be specific about what you're thankful for and keep it short."),
+] + [(q.format(t=t), a.format(t=t)) for t in TOPICS for q, a in [
+    ("Can you recommend a good book about {t}?", "A popular introduction to {t} from your library is a great start."),
+    ("Tell me something surprising about {t}.", "There's more history behind {t} than most people think."),
+    ("I want to learn more about {t}. Where do I start?", "Start with a short documentary on {t}, then a beginner's book."),
+]]
+
+
+def _pad_names(seed: int) -> list[str]:
+    names = [f"{f} {l}" for f in PAD_FIRST for l in PAD_LAST]
+    random.Random(seed * 7919 + 1).shuffle(names)
+    return names
+
+
+def _generate(n: int, seed: int = 7) -> list[_Turn]:
+    """The data set's turns (ids t0001...), then padding blocks in the data set's own mix
+    (ids x00501...) until n turns."""
+    data, stream = _build(seed, 12, 64, 29)
+    out = list(stream)
+    names = _pad_names(seed)
+    per_block = 12 + 64
+    block = 0
+    while len(out) < n:
+        block += 1
+        if per_block * block > len(names):
+            raise ValueError(f"{n} turns need more padded names than {len(names)}")
+        _, more = _build(seed * 10007 + block, 12, 64, 29, names[per_block * (block - 1):per_block * block],
+                         PAD_ROLES, SMALL_TALK)
+        for turn in more:
+            turn.id = f"x{len(out) + 1:05d}"
+            out.append(turn)
+    return out[:n]
+
+
+def generate_turns(n: int, seed: int = 7) -> list[list[str]]:
+    """n turns [id, user, assistant]: the data set's (the first 500, exactly the file's), then
+    new people with their facts, updates, mentions, distractors and small talk in the same
+    proportions. Deterministic; 5,000 turns take well under a second."""
+    return [[t.id, t.user, t.assistant] for t in _generate(n, seed)]
+
+
+def stats(turns: list[_Turn]) -> dict:
+    """What a stretch of turns holds: distinct people and, per 100 turns, facts, updates..."""
+    n = len(turns) or 1
+    count = lambda kind: sum(t.kind == kind for t in turns)   # noqa: E731
+    return {"turns": len(turns), "people": len({t.who for t in turns if t.kind in ("fact", "intro")}),
+            "facts_per_100": 100 * sum(t.facts for t in turns if t.kind == "fact") / n,
+            "updates_per_100": 100 * count("update") / n,
+            "mentions_per_100": 100 * count("mention") / n,
+            "distractors_per_100": 100 * count("distractor") / n,
+            "intros_per_100": 100 * count("intro") / n,
+            "small_talk_share": count("small_talk") / n}
 
 
 def main() -> None:
@@ -290,6 +395,11 @@ def main() -> None:
         counts[m[0]] = counts.get(m[0], 0) + 1
     print(f"{OUT}: {len(data['turns'])} turns, {len(data['questions'])} questions: "
           + ", ".join(f"{c} {counts.get(c, 0)}" for c in CATEGORIES))
+    turns = _generate(5000)
+    for label, part in (("data set (first 500)", turns[:500]), ("padding (500-5,000)", turns[500:]),
+                        ("all 5,000", turns)):
+        print(f"{label}: " + ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}"
+                                       for k, v in stats(part).items()))
 
 
 if __name__ == "__main__":

@@ -103,3 +103,45 @@ def test_every_question_has_exactly_one_answer_turn_as_designed():
         if category == "distractor":    # someone else's same kind of fact, with the name in it
             assert any(_has(text[tid], f"{name}'s") and tid != answer
                        for tid in ids), question
+
+
+def test_padding_beyond_the_data_set_is_new_people_in_the_same_mix():
+    """`bench` grows the bank past 500 turns with generate_turns: deterministic, the data set
+    first (unchanged), then new people only (no word of a data-set name, so every question keeps
+    its one answer turn), with facts, updates, mentions, distractors and small talk at the data
+    set's rates."""
+    import time
+    from memoryplus.cli.bench import load_data
+
+    t = time.perf_counter()
+    turns = make_recall_data.generate_turns(5000)
+    assert time.perf_counter() - t < 2
+    assert turns == make_recall_data.generate_turns(5000)
+    assert make_recall_data.generate_turns(5000, seed=8)[500:] != turns[500:]
+    data = json.loads(make_recall_data.OUT.read_text(encoding="utf-8"))
+    assert turns[:500] == data["turns"]
+    assert [t[0] for t in turns[500:502]] == ["x00501", "x00502"] and turns[-1][0] == "x05000"
+    assert len({t[0] for t in turns}) == 5000
+
+    # no data-set person (or any word of the data set) in a padded name, no data-set name in a padded turn
+    words = {w for t in data["turns"] for w in re.findall(r"[A-Za-z]+", t[1] + " " + t[2])}
+    words |= {w for q, _ in data["questions"] for w in re.findall(r"[A-Za-z]+", q)}
+    assert not (set(make_recall_data.PAD_FIRST) | set(make_recall_data.PAD_LAST)) & (words | set(make_recall_data.NAMES))
+    dataset_people = {m[1] for m in data["meta"]}
+    for _, user, assistant in turns[500:]:
+        assert not any(_has(user + " " + assistant, n) for n in dataset_people), user
+        assert not re.search(r"\bmy (" + "|".join(make_recall_data.CORE_ROLES) + r")\b", user, re.I), user
+
+    # the same mix, 10x the people
+    objs = make_recall_data._generate(5000)
+    first, pad = make_recall_data.stats(objs[:500]), make_recall_data.stats(objs[500:])
+    assert first["people"] == 76 and pad["people"] >= 650 and make_recall_data.stats(objs)["people"] >= 700
+    for key in ("facts_per_100", "updates_per_100", "mentions_per_100", "distractors_per_100",
+                "intros_per_100"):
+        assert abs(pad[key] - first[key]) <= 0.15 * first[key] + 0.5, (key, first, pad)
+    assert abs(pad["small_talk_share"] - first["small_talk_share"]) < 0.02
+
+    # the benchmark's loader: the data set, then this padding; the questions unchanged
+    bench_turns, questions = load_data(2000)
+    assert [list(t) for t in bench_turns] == turns[:2000]
+    assert questions == [tuple(q) for q in data["questions"]]
