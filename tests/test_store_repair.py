@@ -191,3 +191,29 @@ async def test_a_bank_whose_recovery_fails_on_a_write_error_is_not_left_open_twi
                             str(_bank_dir(data) / "graph.kuzu")], capture_output=True, text=True, timeout=60)
     assert probe.returncode == 0, probe.stderr[-300:]
     del failed
+
+
+async def test_a_log_whose_replay_crashes_kuzu_is_replayed_as_far_as_it_can_be_and_kept(
+        make_engine, unclean_bank, tmp_path, monkeypatch):
+    """Kuzu 0.11.3 can crash the process (SIGSEGV) replaying the log a kill left (seen in the
+    2,000-turn chaos run: every new worker died opening the bank, so the crash-loop breaker
+    opened and nothing was stored). The replay runs in a child first; when it crashes, the
+    longest beginning of the log that replays is found and replayed, the whole log is kept
+    aside, and this process (the worker) survives. Here the test hook makes the child crash
+    on the whole log."""
+    data = tmp_path / "data"
+    shutil.copytree(unclean_bank, data)
+    monkeypatch.setenv("MEMORYPLUS_TEST_HOOKS", "1")
+    monkeypatch.setenv(TEST_KILL_IN_REPAIR_ENV, "replay_crashes")
+    eng = make_engine(directory=data)
+    stats = await eng.stats(BANK)                      # this process survives the open
+    assert 4 <= stats.episodes <= N, "at least the checkpointed turns t0..t3"
+    assert list(_bank_dir(data).glob("unreplayable-wal-*")), "the whole log is kept for inspection"
+    assert not (_bank_dir(data) / "replay-probe").exists()
+    # what the ingestion spool does next: turns not acknowledged come again, stored once
+    turns = [Turn(id=f"t{i}", user=f"I met Zorblat{i} at the harbour") for i in range(N)]
+    report = await eng.ingest(BANK, turns)
+    assert sorted(report.stored + report.unchanged) == sorted(t.id for t in turns)
+    monkeypatch.delenv(TEST_KILL_IN_REPAIR_ENV)
+    await eng.close()
+    await _assert_bank_works(make_engine, data)

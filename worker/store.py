@@ -340,6 +340,8 @@ def _repair_after_unclean_exit(bank_dir: Path, bank_name: str, buffer_pool_mb: i
         return          # a clean bank whose indexes were checked once: nothing to do
     t0 = time.monotonic()
     backup = _take_backup(bank_dir) if unclean else None
+    if backup is not None:
+        _replay_log_safely(bank_dir, bank_name, buffer_pool_mb, backup)
     try:
         _check_and_repair(bank_dir, bank_name, buffer_pool_mb, rebuild_indexes=unclean)
     except _Damaged as exc:
@@ -393,6 +395,96 @@ def _check_files(bank_dir: Path, bank_name: str) -> None:
     if (bank_dir / CREATED_MARKER).exists() and not size:
         raise _damaged(bank_name, bank_dir, "has lost its file graph.kuzu" if size is None
                        else "has an empty file graph.kuzu (truncated)")
+
+
+UNREPLAYABLE_WAL = "unreplayable-wal"   # a log that crashed Kuzu's replay, kept for inspection
+_REPLAY = ("import sys, kuzu\n"
+           "db = kuzu.Database(sys.argv[1], buffer_pool_size=int(sys.argv[2]))\n"
+           "conn = kuzu.Connection(db)\n"
+           "conn.execute('CHECKPOINT')\n"
+           "conn.close()\n"
+           "db.close()\n")
+
+
+def _replay_child(db_file: Path, buffer_pool_mb: int, *, crash: bool = False) -> int:
+    """Open (replaying its log) and checkpoint a database in a child process; its exit code
+    (negative: killed by that signal, i.e. Kuzu crashed)."""
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "LC_ALL", "PYTHONPATH",
+                                                       "VIRTUAL_ENV", "LD_LIBRARY_PATH")}
+    code = "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)\n" if crash else _REPLAY
+    proc = subprocess.run([sys.executable, "-c", code, str(db_file), str(buffer_pool_mb * 1024 * 1024)],
+                          env=env, capture_output=True, timeout=1800)
+    return proc.returncode
+
+
+def _replay_log_safely(bank_dir: Path, bank_name: str, buffer_pool_mb: int, backup: Path) -> None:
+    """Replay the write-ahead log of a killed owner in a child process first.
+
+    Kuzu 0.11.3 can crash the whole process (SIGSEGV, SIGABRT) replaying a log whose last
+    record a kill cut short; in the worker that is a crash loop, and the crash-loop breaker
+    then stops storing for every bank. When the child crashes, the longest beginning of the
+    log that replays cleanly is found by bisection (on copies, in replay-probe/) and replayed:
+    every write that finished before the kill is kept, only the one in progress is dropped
+    (it was never reported done, so the ingestion spool redoes it). The whole log is kept
+    aside (unreplayable-wal-<time>) for inspection.
+    """
+    crash = (os.environ.get("MEMORYPLUS_TEST_HOOKS") == "1"
+             and os.environ.get(TEST_KILL_IN_REPAIR_ENV) == "replay_crashes")   # test: a poisoned log
+    try:
+        rc = _replay_child(bank_dir / "graph.kuzu", buffer_pool_mb, crash=crash)
+    except (OSError, __import__("subprocess").TimeoutExpired) as exc:
+        log.warning("bank %r: could not replay its log in a child process (%s); replaying here",
+                    bank_name, exc)
+        return
+    if rc >= 0:
+        return          # replayed (or an error the in-process open reports properly)
+    t0 = time.monotonic()
+    names = json.loads((backup / "files.json").read_text())
+    wal_bytes = (backup / "graph.kuzu.wal").read_bytes() if "graph.kuzu.wal" in names else b""
+    probe = bank_dir / "replay-probe"
+
+    def replays(length: int) -> bool:
+        _remove_tree(probe)
+        probe.mkdir(mode=0o700)
+        for name in names:
+            if name != "graph.kuzu.wal":
+                _copy_file(backup / name, probe / name)
+        (probe / "graph.kuzu.wal").write_bytes(wal_bytes[:length])
+        return _replay_child(probe / "graph.kuzu", buffer_pool_mb,
+                             crash=crash and length == len(wal_bytes)) == 0
+
+    good, bad, probes = 0, len(wal_bytes), 0          # an empty log always replays
+    while bad - good > 1 and probes < 40:
+        mid = (good + bad) // 2
+        probes += 1
+        if replays(mid):
+            good = mid
+        else:
+            bad = mid
+    _remove_tree(probe)
+    # The bank: the copy's database with the good part of the log, replayed here by the child.
+    for f in _db_files(bank_dir):
+        if f.name not in names:
+            f.unlink()
+    for name in names:
+        if name != "graph.kuzu.wal":
+            _copy_file(backup / name, bank_dir / name)
+    aside = bank_dir / f"{UNREPLAYABLE_WAL}-{int(time.time())}"
+    _copy_file(backup / "graph.kuzu.wal", aside) if wal_bytes else None
+    wal = bank_dir / "graph.kuzu.wal"
+    tmp = wal.with_name(wal.name + ".part")
+    tmp.write_bytes(wal_bytes[:good])
+    os.replace(tmp, wal)
+    _fsync_dir(bank_dir)
+    if good and _replay_child(bank_dir / "graph.kuzu", buffer_pool_mb) != 0:
+        wal.unlink(missing_ok=True)
+        good = 0
+    log.error("bank %r: Kuzu crashed replaying the log its last owner left when it was killed; "
+              "replayed the first %d of its %d bytes (%d probes, %.1f s), the write in progress at "
+              "the kill is dropped (redone from the ingestion spool); the whole log is kept in %s",
+              bank_name, good, len(wal_bytes), probes, time.monotonic() - t0, aside.name)
 
 
 def _is_lock_error(text: str) -> bool:
