@@ -69,12 +69,8 @@ SUMMARY_MAX = 1000
 # A safety net: Kuzu's per-query native growth is gone with prepared statements
 # (kuzu_statements.py); reopening a bank (when idle) also empties its caches, so not often.
 RECYCLE_AFTER_QUERIES = 50_000
-# The write-ahead log is flushed when the bank is idle (maintain(), seconds after the last
-# write); under a load that never pauses, once a minute or once the unflushed turns reach
-# one per MB of buffer pool: Kuzu keeps unflushed pages in its buffer pool and fails with
-# "buffer pool is full" at ~4 turns per MB. Not more often: a CHECKPOINT takes 0.1-0.6 s
-# and every search waits behind it.
-CHECKPOINT_EVERY_S = 60.0
+# A search waits at most this long for a checkpoint to start: searches under way go first.
+READS_FIRST_S = 1.0
 SUPERSEDED_FOR = 5          # a question about the past: the top current facts whose predecessors count
 # Fusion weights, tuned on tests/data retrieval set (see tests/test_retrieval_quality.py):
 # keyword hits on raw turns are the strongest single signal on chat data; facts add precision.
@@ -228,8 +224,7 @@ class Bank:
     entities: dict[str, tuple[str, str]] | None = None  # lower name -> (uuid, name)
     active: int = 0
     opened_at: float = field(default_factory=time.monotonic)
-    checkpointed_at: float = field(default_factory=time.monotonic)
-    unflushed: int = 0          # turns written since the last checkpoint
+    searching: int = 0          # searches under way
 
     @property
     def provider(self) -> GraphProvider:
@@ -376,8 +371,6 @@ class MemoryEngine:
         whether anything was recycled. The worker calls this when idle."""
         recycled = False
         for bank in list(self.banks.values()):
-            if bank.unflushed and bank.active == 0 and not bank.write_lock.locked():
-                await self._checkpoint(bank)
             if (bank.provider == GraphProvider.KUZU and bank.active == 0
                     and not bank.write_lock.locked()
                     and getattr(bank.driver, "queries", 0) > RECYCLE_AFTER_QUERIES):
@@ -476,21 +469,21 @@ class MemoryEngine:
                 report.stored.append(turn.id)
             report.llm_calls = self._settle_usage(bank, pruned=pruned, skipped_by_gate=gated)
             if report.stored or report.replaced:
-                await self._written(bank, len(report.stored) + len(report.replaced))
+                await self._written(bank)
         return report
 
-    async def _written(self, bank: Bank, turns: int) -> None:
-        """After a write batch: flush the log now if it holds much or is old, else when idle.
-        What is not flushed is still durable in the log; a crash before the flush costs a
-        replay and an index rebuild at the next open (store.open_kuzu)."""
-        bank.unflushed += turns
-        if (bank.unflushed >= max(20, self.settings.kuzu_buffer_pool_mb)
-                or time.monotonic() - bank.checkpointed_at >= CHECKPOINT_EVERY_S):
-            await self._checkpoint(bank)
+    async def _written(self, bank: Bank) -> None:
+        """A batch is answered as stored only once it is flushed from Kuzu's log: Kuzu 0.11.3
+        can crash replaying a killed worker's log, and what it cannot replay is lost (see
+        store.py), so an answered turn must not depend on a replay. A checkpoint blocks every
+        query of the bank: searches already under way finish first."""
+        deadline = time.monotonic() + READS_FIRST_S
+        while bank.searching and time.monotonic() < deadline:
+            await asyncio.sleep(0.005)
+        await self._checkpoint(bank)
 
     async def _checkpoint(self, bank: Bank) -> None:
         await checkpoint(bank.driver)
-        bank.unflushed, bank.checkpointed_at = 0, time.monotonic()
 
     def _insights(self, body: str) -> insight_rules.Insights:
         s = self.settings
@@ -694,7 +687,11 @@ class MemoryEngine:
         if not self.known(bank_name):
             raise UnknownBankError(f"unknown bank {bank_name!r} (see `memoryplus banks`)")
         bank = await self._bank(bank_name, create=False)
-        return await self._run(bank, self._search(bank, query, limit, as_of))
+        bank.searching += 1
+        try:
+            return await self._run(bank, self._search(bank, query, limit, as_of))
+        finally:
+            bank.searching -= 1
 
     def _search_config(self, depth: int) -> SearchConfig:
         return SearchConfig(
