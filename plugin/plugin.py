@@ -105,6 +105,7 @@ class Plugin(BasePlugin):
         self._closed = False
         self._ready = threading.Event()       # set once _build() has finished (or failed)
         self._ready.set()
+        self._unflushed: dict[str, tuple[str, list]] = {}   # bank -> (worker engine, turns not yet flushed)
         self._early_turns: list[Any] = []   # turns (ctx snapshots) that ended before the queue existed
         self._settings_stale = False
         self._status = ""
@@ -464,9 +465,14 @@ class Plugin(BasePlugin):
         self._check_llm_budget()
         # Sanitized here, on the queue's thread: custom rules may take a while on long turns.
         clean = self.sanitizer.clean if self.sanitizer else (lambda t: t)
+        originals = turns
         turns = [t.model_copy(update={"user": clean(t.user), "assistant": clean(t.assistant)}) for t in turns]
+        # More turns queued (a backlog): the worker may flush Kuzu's log with a later batch.
+        defer = (self.settings.engine_mode != "subprocess" and self.queue is not None
+                 and self.queue.counts().get("pending", 0) > 0)
         try:
-            raw = self.client.call("ingest", {"bank": bank, "turns": [t.model_dump(mode="json") for t in turns]},
+            raw = self.client.call("ingest", {"bank": bank, "turns": [t.model_dump(mode="json") for t in turns],
+                                              "defer_flush": defer},
                                    timeout=max(60.0, self.settings.runner_timeout_s * len(turns)))
         except WorkerError as exc:
             retryable = exc.type not in ("BankNameError", "ValidationError", "EngineError")
@@ -474,11 +480,28 @@ class Plugin(BasePlugin):
         except (RequestTimeout, WorkerUnavailable) as exc:
             raise IngestError(str(exc), retryable=True) from None
         report = IngestReport.model_validate(raw)
+        self._track_flush(bank, originals, report)
         if self.cache is not None:
             self.cache.invalidate(bank)
         if report.llm_calls:
             self._llm_calls.append((time.monotonic(), report.llm_calls))
         return report
+
+    def _track_flush(self, bank: str, turns: list[Turn], report) -> None:
+        """Turns answered `flushed=False` are kept until a flushed answer from the same worker
+        engine; if that worker died first, they are queued again (storing is idempotent: the
+        ones that survived come back unchanged)."""
+        written = set(report.stored) | set(report.replaced)
+        with self._lock:
+            instance, kept = self._unflushed.get(bank, ("", []))
+            again = kept if kept and instance != report.instance else []
+            kept = [] if report.flushed or again else kept
+            if not report.flushed:
+                kept = kept + [t for t in turns if t.id in written]
+            self._unflushed[bank] = (report.instance, kept)
+        for turn in again:
+            log.warning("MemoryPlus: the worker stopped before flushing; storing turn %s again", turn.id)
+            self.queue.put(bank, turn)
 
     def _check_llm_budget(self) -> None:
         limit = self.settings.max_llm_calls_per_hour

@@ -431,3 +431,15 @@ async def test_a_long_backfill_fits_the_smallest_buffer_pool(make_engine):
         assert len(report.stored) + len(report.skipped) == len(batch), report
         stored += len(report.stored)
     assert stored > 350 and (await eng.stats("backfill")).episodes == stored
+
+
+async def test_a_deferred_flush_is_said_and_done_with_a_later_batch_or_when_idle(engine):
+    first = await engine.ingest("defer", [turn(1, "My aunt Greta lives in Graz.")], defer_flush=True)
+    assert first.stored == ["1"] and first.flushed is False and first.instance == engine.instance
+    wal = engine.banks["defer"].dir / "graph.kuzu.wal"
+    assert wal.exists() and wal.stat().st_size > 0
+    second = await engine.ingest("defer", [turn(2, "My uncle Imre lives in Brno.", days=1)])
+    assert second.flushed is True and (not wal.exists() or wal.stat().st_size == 0)
+    await engine.ingest("defer", [turn(3, "My niece Talia lives in Cork.", days=2)], defer_flush=True)
+    await engine.maintain()          # the worker, idle
+    assert not wal.exists() or wal.stat().st_size == 0

@@ -423,3 +423,38 @@ def test_pygpt_start_does_not_import_pydantic_on_the_gui_thread(tmp_path):
     assert out["imported_on_main"] is False, "pydantic was imported on the GUI thread"
     assert out["registered"] >= len(options())
     assert out["client"] and out["settings"] == "Settings" and not out["error"], out
+
+
+def test_turns_answered_before_the_log_was_flushed_are_stored_again_if_the_worker_dies(host):
+    """With a backlog the worker may answer a batch before flushing Kuzu's log (one flush for
+    many batches). If it dies before that flush and its log cannot be replayed (simulated:
+    the log is gone), the plugin stores those turns again: nothing answered is lost."""
+    import os
+    import signal
+    from memoryplus.worker.records import Turn
+    window, plugin = host()
+    chat_turn(window, "My neighbour Ilse keeps bees.", "Lovely.", ctx_id=1)
+    settle(window, plugin)
+    batch = [Turn(id=f"b{i}", user=f"My colleague Worker{i} plays the tuba.", assistant="Noted.") for i in range(4)]
+    plugin.queue.pause("test: a backlog")
+    plugin.queue.put("default", Turn(id="later", user="My cousin Lorenzo sails.", assistant="Nice."))
+    report = plugin._ingest_batch("default", batch)       # what the queue's thread does
+    assert report.stored == [t.id for t in batch] and report.flushed is False
+    pid = plugin.client.status()["pid"]
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+            time.sleep(0.05)
+        except ProcessLookupError:
+            break
+    for wal in plugin.banks_dir().rglob("graph.kuzu.wal"):   # the log no replay could read
+        wal.unlink()
+    plugin.queue.resume()
+    settle(window, plugin)
+    settle(window, plugin)      # the turns queued again after the next answer
+    episodes = [r for r in plugin.client.call("export", {"bank": "default"}, timeout=60) if r["type"] == "episode"]
+    for i in range(4):
+        assert sum(f"Worker{i} plays the tuba" in r["content"] for r in episodes) == 1, i
+    assert sum("Lorenzo" in r["content"] for r in episodes) == 1

@@ -20,6 +20,7 @@ import os
 import re
 import shutil
 import time
+import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -225,6 +226,7 @@ class Bank:
     active: int = 0
     opened_at: float = field(default_factory=time.monotonic)
     searching: int = 0          # searches under way
+    unflushed: int = 0          # turns written since the last checkpoint (deferred flushes)
 
     @property
     def provider(self) -> GraphProvider:
@@ -241,6 +243,7 @@ class MemoryEngine:
         self.credentials = credentials or Credentials()
         self.embedder_override = embedder
         self.app = app
+        self.instance = uuid.uuid4().hex    # names this engine in unflushed ingest answers
         self.banks: dict[str, Bank] = {}
         self._open_lock = asyncio.Lock()
         self._neo4j: GraphDriver | None = None
@@ -371,6 +374,9 @@ class MemoryEngine:
         whether anything was recycled. The worker calls this when idle."""
         recycled = False
         for bank in list(self.banks.values()):
+            if bank.unflushed and bank.active == 0 and not bank.write_lock.locked():
+                async with bank.write_lock:
+                    await self._checkpoint(bank)
             if (bank.provider == GraphProvider.KUZU and bank.active == 0
                     and not bank.write_lock.locked()
                     and getattr(bank.driver, "queries", 0) > RECYCLE_AFTER_QUERIES):
@@ -410,11 +416,15 @@ class MemoryEngine:
         return calls
 
     # ── ingestion ──────────────────────────────────────────────────────────────────────
-    async def ingest(self, bank_name: str, turns: list[Turn]) -> IngestReport:
-        """Store chat turns. Idempotent per turn id; a changed turn replaces its episode."""
+    async def ingest(self, bank_name: str, turns: list[Turn], *, defer_flush: bool = False) -> IngestReport:
+        """Store chat turns. Idempotent per turn id; a changed turn replaces its episode.
+
+        The batch is flushed from Kuzu's log before the answer, unless `defer_flush` (more
+        turns follow) and the unflushed turns still fit the buffer pool: then the report says
+        `flushed=False` and a later batch, or the idle maintenance, flushes it."""
         bank = await self._bank(bank_name)
         turns = [t if isinstance(t, Turn) else Turn.model_validate(t) for t in turns]
-        return await self._run(bank, self._ingest(bank, turns))
+        return await self._run(bank, self._ingest(bank, turns, defer_flush))
 
     async def remember(self, bank_name: str, text: str, key: str | None = None,
                        tags: list[str] | None = None) -> IngestReport:
@@ -424,8 +434,8 @@ class MemoryEngine:
         key = key or "remember:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
         return await self.ingest(bank_name, [Turn(id=key, user=text, tags=tags or [], explicit=True)])
 
-    async def _ingest(self, bank: Bank, turns: list[Turn]) -> IngestReport:
-        report = IngestReport(engine=self.extraction)  # type: ignore[arg-type]
+    async def _ingest(self, bank: Bank, turns: list[Turn], defer_flush: bool = False) -> IngestReport:
+        report = IngestReport(engine=self.extraction, instance=self.instance)  # type: ignore[arg-type]
         s = self.settings
         custom = [t.strip() for t in s.custom_memory_tags.split(",") if t.strip()]
         async with bank.write_lock:
@@ -468,14 +478,18 @@ class MemoryEngine:
                 await self._store(bank, ep_uuid, body, turn.time, meta)
                 report.stored.append(turn.id)
             report.llm_calls = self._settle_usage(bank, pruned=pruned, skipped_by_gate=gated)
-            if report.stored or report.replaced:
+            written = len(report.stored) + len(report.replaced)
+            bank.unflushed += written
+            if written and defer_flush and bank.unflushed < max(20, s.kuzu_buffer_pool_mb):
+                report.flushed = False   # Kuzu keeps unflushed pages in its pool (~4 turns per MB)
+            elif bank.unflushed:
                 await self._written(bank)
         return report
 
     async def _written(self, bank: Bank) -> None:
-        """A batch is answered as stored only once it is flushed from Kuzu's log: Kuzu 0.11.3
-        can crash replaying a killed worker's log, and what it cannot replay is lost (see
-        store.py), so an answered turn must not depend on a replay. A checkpoint blocks every
+        """Flush before answering: Kuzu 0.11.3 can crash replaying a killed worker's log, and
+        what it cannot replay is lost (see store.py), so an answer must not depend on a replay
+        unless it says so (`flushed=False`, kept by the caller). A checkpoint blocks every
         query of the bank: searches already under way finish first."""
         deadline = time.monotonic() + READS_FIRST_S
         while bank.searching and time.monotonic() < deadline:
@@ -484,6 +498,7 @@ class MemoryEngine:
 
     async def _checkpoint(self, bank: Bank) -> None:
         await checkpoint(bank.driver)
+        bank.unflushed = 0
 
     def _insights(self, body: str) -> insight_rules.Insights:
         s = self.settings

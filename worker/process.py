@@ -511,7 +511,7 @@ class WorkerServer:
     async def _dispatch(self, conn: Conn, op: str, p: Any) -> Any:
         e = self.engine
         if op == "ingest":
-            return await e.ingest(p.bank, p.turns)
+            return await e.ingest(p.bank, p.turns, defer_flush=p.defer_flush)
         if op == "remember":
             return await e.remember(p.bank, p.text, key=p.key, tags=p.tags)
         if op == "search":

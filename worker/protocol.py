@@ -118,6 +118,7 @@ class BankParams(_Msg):
 
 class IngestParams(BankParams):
     turns: list[Turn]
+    defer_flush: bool = False     # more turns follow: flush with a later batch (IngestReport.flushed)
 
 
 class RememberParams(BankParams):

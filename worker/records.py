@@ -72,6 +72,11 @@ class IngestReport(Record):
     skipped: dict[str, str] = Field(default_factory=dict)  # caller id -> reason (pruned, gate)
     llm_calls: int = 0
     engine: Literal["local", "llm"] = "local"
+    # False: written to Kuzu's log but not yet flushed (the caller asked to defer the flush);
+    # a worker that dies before flushing may lose it in a failed replay, so the caller keeps
+    # such turns until a flushed answer from the same engine `instance`.
+    flushed: bool = True
+    instance: str = ""
 
 
 ResultKind = Literal["fact", "entity", "episode"]
