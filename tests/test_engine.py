@@ -443,3 +443,43 @@ async def test_a_deferred_flush_is_said_and_done_with_a_later_batch_or_when_idle
     await engine.ingest("defer", [turn(3, "My niece Talia lives in Cork.", days=2)], defer_flush=True)
     await engine.maintain()          # the worker, idle
     assert not wal.exists() or wal.stat().st_size == 0
+
+
+async def test_the_rewritten_fact_similarity_query_returns_what_graphitis_returns(engine):
+    """kuzu_statements rewrites graphiti's fact similarity search (join after scoring, not
+    before): same rows, same order, on a real bank, for graphiti's own query text."""
+    import graphiti_core.driver.kuzu_driver as kd
+    from graphiti_core.search.search_filters import SearchFilters
+    from graphiti_core.search.search_utils import edge_similarity_search
+    from memoryplus.worker.kuzu_statements import faster_query
+    people = ["Greta", "Imre", "Talia", "Bruno", "Freya", "Ravi", "Joao", "Maren"]
+    await engine.ingest("sim", [turn(i, f"My friend {n} lives in {c} and works as a {j}.", days=i)
+                                for i, (n, c, j) in enumerate(zip(people, ["Graz", "Brno", "Cork", "Lyon", "Ghent",
+                                                                           "Osaka", "Porto", "Bergen"],
+                                                                  ["baker", "nurse", "pilot", "chef", "judge",
+                                                                   "welder", "tailor", "vet"]))])
+    bank = engine.banks["sim"]
+    seen: list[str] = []
+    real = bank.driver.execute_query
+
+    async def spy(cypher, **kw):
+        seen.append(cypher)
+        return await real(cypher, **kw)
+    bank.driver.execute_query = spy
+    try:
+        for query in ("Who bakes bread?", "Where does Ravi live?", "a pilot in Cork"):
+            vec = await bank.embedder.create(query)
+            for flt in (SearchFilters(), engine._search_filter(None)):
+                seen.clear()
+                mine = await edge_similarity_search(bank.driver, vec, None, None, flt, [bank.slug], 5, 0.0)
+                original = seen[-1]
+                assert faster_query(original) != original, "the shape graphiti builds is the one rewritten"
+                rows, _, _ = await kd.KuzuDriver.execute_query(bank.driver, original, search_vector=vec, limit=5,
+                                                               min_score=0.0, group_ids=[bank.slug])
+                assert [e.uuid for e in mine] == [r["uuid"] for r in rows] and mine, query
+    finally:
+        bank.driver.execute_query = real
+    bound = "MATCH (n:Entity)-[:RELATES_TO]->(e:RelatesToNode_)-[:RELATES_TO]->(m:Entity) WHERE n.uuid = $source_uuid " \
+            "WITH DISTINCT e, n, m, array_cosine_similarity(e.fact_embedding, CAST($search_vector AS FLOAT[256])) AS score " \
+            "WHERE score > $min_score RETURN e.uuid AS uuid ORDER BY score DESC LIMIT $limit"
+    assert faster_query(bound) == bound, "a search bound to an entity is left as it is"

@@ -1,4 +1,7 @@
-"""Prepared statements for Kuzu queries, reused.
+"""How our Kuzu driver runs graphiti's queries: prepared statements reused, and one slow
+query shape rewritten.
+
+Prepared statements:
 
 Kuzu 0.11.3's Python binding prepares a statement for every `execute(query, parameters)` and
 never frees its native memory: 6–40 KB per call. A search runs 7 queries, so a worker that
@@ -7,6 +10,7 @@ back). Executing one prepared statement per distinct query text leaks nothing.
 """
 from __future__ import annotations
 
+import re
 from collections import OrderedDict
 from typing import Any
 
@@ -17,6 +21,7 @@ class PreparedStatementsMixin:
     """For a graphiti KuzuDriver subclass: `execute_query` through cached prepared statements."""
 
     async def execute_query(self, cypher_query_: str, **kwargs: Any):  # type: ignore[override]
+        cypher_query_ = faster_query(cypher_query_)
         params = {k: v for k, v in kwargs.items() if v is not None}
         params.pop("database_", None)       # what graphiti's KuzuDriver drops too
         params.pop("routing_", None)
@@ -43,3 +48,27 @@ class PreparedStatementsMixin:
         if isinstance(results, list):
             return [list(r.rows_as_dict()) for r in results], None, None
         return list(results.rows_as_dict()), None, None
+
+
+# graphiti's fact similarity search on Kuzu joins every fact to both its entities before it
+# scores them: 35 of a search's ~75 ms on a 2,000-turn bank. Scoring the fact nodes alone,
+# keeping the best `limit`, then joining those few gives the same rows (a fact node always has
+# its two entities). Only this exact shape is rewritten, and only when its filter reads the
+# fact alone (no n./m.: graphiti adds those for a source/target-bound search).
+_EDGE_SIMILARITY = re.compile(
+    r"^\s*MATCH \(n:Entity\)-\[:RELATES_TO\]->\(e:RelatesToNode_\)-\[:RELATES_TO\]->\(m:Entity\)\s*"
+    r"(?P<where>WHERE .*?)?\s*"
+    r"WITH DISTINCT e, n, m, (?P<score>array_cosine_similarity\(e\.fact_embedding, CAST\(\$search_vector AS FLOAT\[\d+\]\)\)) AS score\s*"
+    r"WHERE score > \$min_score\s*RETURN(?P<fields>.*?)ORDER BY score DESC\s*LIMIT \$limit\s*$", re.S)
+
+
+def faster_query(cypher: str) -> str:
+    """The query to run for graphiti's `cypher`: itself, or its faster equivalent."""
+    m = _EDGE_SIMILARITY.match(cypher)
+    if m is None or re.search(r"\b[nm]\.", m.group("where") or ""):
+        return cypher
+    return (f"MATCH (e:RelatesToNode_) {m.group('where') or ''} "
+            f"WITH e, {m.group('score')} AS score WHERE score > $min_score "
+            f"WITH e, score ORDER BY score DESC LIMIT $limit "
+            f"MATCH (n:Entity)-[:RELATES_TO]->(e)-[:RELATES_TO]->(m:Entity) "
+            f"RETURN {m.group('fields').strip()} ORDER BY score DESC")
