@@ -65,10 +65,9 @@ META_PREFIX = '{"mp": 1'
 PENDING, COMPLETE = "pending", "complete"
 TAG_LABELS = ("Topic", "Emotion")          # entity labels that are tags, not memories
 SUMMARY_MAX = 1000
-# How many parameterized queries a Kuzu bank serves before it is reopened (when idle):
-# Kuzu's native memory grows with each one (reference/graphiti-kuzu.md §5).
-# A safety net: Kuzu's per-query native growth is gone with prepared statements
-# (kuzu_statements.py); reopening a bank (when idle) also empties its caches, so not often.
+# How many queries a Kuzu bank serves before it is reopened (when idle). A safety net: the
+# native growth per query (reference/graphiti-kuzu.md §5) is gone with prepared statements
+# (kuzu_statements.py), and a reopen empties the bank's caches, so not often.
 RECYCLE_AFTER_QUERIES = 50_000
 # A search waits at most this long for a checkpoint to start: searches under way go first.
 READS_FIRST_S = 1.0
