@@ -11,6 +11,22 @@ from memoryplus.config.schema import Settings, validate_lenient
 SETTINGS_FILE = "settings.json"
 
 
+def fsync_dir(path: Path) -> None:
+    """Make a rename or a new file in `path` durable (POSIX; a no-op elsewhere or on error)."""
+    if os.name != "posix":
+        return
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 def pygpt_workdir() -> Path:
     """PyGPT's user data directory (its own rule: PYGPT_WORKDIR, else ~/.config/pygpt-net)."""
     env = os.environ.get("PYGPT_WORKDIR")

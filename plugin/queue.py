@@ -58,6 +58,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from memoryplus.config.paths import fsync_dir
 from memoryplus.worker.records import IngestReport, Turn
 
 try:
@@ -193,21 +194,6 @@ def _unlock(fd: int | None) -> None:
         pass
 
 
-def _fsync_dir(path: Path) -> None:
-    if os.name != "posix":
-        return
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
@@ -253,7 +239,7 @@ class _SpoolFile:
             os.close(fd)
         self.close()                 # Windows cannot replace an open file
         os.replace(tmp, self.path)
-        _fsync_dir(self.path.parent)
+        fsync_dir(self.path.parent)
         self.open()
 
     def close(self) -> None:

@@ -20,6 +20,8 @@ import kuzu
 from graphiti_core.driver.driver import GraphDriver, GraphProvider
 from graphiti_core.graph_queries import get_fulltext_indices
 
+from memoryplus.config.paths import fsync_dir
+
 log = logging.getLogger("memoryplus.store")
 _PATCH_LOCK = threading.Lock()
 OWNER_FILE = "owner.json"
@@ -192,19 +194,6 @@ def _test_kill_point(name: str) -> None:
         kill()
 
 
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def _copy_file(src: Path, dst: Path) -> None:
     """Copy through a temporary name, fsynced, then renamed: dst is whole or absent."""
     import shutil
@@ -238,9 +227,9 @@ def _take_backup(bank_dir: Path) -> Path:
         if i == 0:
             _test_kill_point("backup")
     (backup / "files.json").write_text(json.dumps([f.name for f in files]))
-    _fsync_dir(backup)
+    fsync_dir(backup)
     (backup / _DONE).write_text(str(time.time()))
-    _fsync_dir(backup)
+    fsync_dir(backup)
     return backup
 
 
@@ -259,7 +248,7 @@ def _restore_backup(bank_dir: Path, bank_name: str) -> bool:
             f.unlink()
     for name in names:
         _copy_file(backup / name, bank_dir / name)
-    _fsync_dir(bank_dir)
+    fsync_dir(bank_dir)
     log.warning("bank %r: a repair after an unclean exit was interrupted; restored the copy "
                 "taken before it and repairing again", bank_name)
     return True
@@ -270,7 +259,7 @@ def _drop_backup(backup: Path) -> None:
         (backup / _DONE).unlink()         # first: from here on the copy is never restored
     except FileNotFoundError:
         pass
-    _fsync_dir(backup)
+    fsync_dir(backup)
     _remove_tree(backup)
 
 
@@ -285,7 +274,7 @@ def _finish_rebuild(bank_dir: Path, bank_name: str) -> None:
                 f.unlink()
         if (rebuild / "graph.kuzu").exists():
             os.replace(rebuild / "graph.kuzu", bank_dir / "graph.kuzu")
-            _fsync_dir(bank_dir)
+            fsync_dir(bank_dir)
             log.warning("bank %r: rebuilt from an export of its damaged database", bank_name)
     _remove_tree(rebuild)
 
@@ -477,7 +466,7 @@ def _replay_log_safely(bank_dir: Path, bank_name: str, buffer_pool_mb: int, back
     tmp = wal.with_name(wal.name + ".part")
     tmp.write_bytes(wal_bytes[:good])
     os.replace(tmp, wal)
-    _fsync_dir(bank_dir)
+    fsync_dir(bank_dir)
     if good and _replay_child(bank_dir / "graph.kuzu", buffer_pool_mb) != 0:
         wal.unlink(missing_ok=True)
         good = 0
@@ -567,9 +556,9 @@ def _rebuild(bank_dir: Path, bank_name: str, buffer_pool_mb: int, why: str) -> N
         raise _damaged(bank_name, bank_dir, f"is damaged ({why[:300]}) and could not be rebuilt "
                                             f"({str(exc).splitlines()[0][:200]})") from None
     _remove_tree(export)
-    _fsync_dir(rebuild)
+    fsync_dir(rebuild)
     (rebuild / _DONE).write_text(str(time.time()))
-    _fsync_dir(rebuild)
+    fsync_dir(rebuild)
     _test_kill_point("rebuild_ready")
     _finish_rebuild(bank_dir, bank_name)
     log.warning("bank %r: %s; rebuilt it from an export of its data (%.2f s)", bank_name, why,
