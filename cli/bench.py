@@ -33,7 +33,7 @@ from typing import Any
 DATA_FILE = Path(__file__).resolve().parent.parent / "testing" / "data" / "recall_conversation.json"
 T0 = datetime(2025, 1, 1, tzinfo=timezone.utc)
 BANK = "default"          # where PyGPT's unsaved `current.chat` preset stores
-LOCAL = {"extraction_engine": "local", "embedding_provider": "local", "engine_mode": "persistent"}
+from memoryplus.testing.pygpt_host import LOCAL  # noqa: E402  (stdlib only at import)
 
 SIZES = {   # per mode: how much of everything (checkpoints: bank sizes where growth is measured;
             # chat_at: the bank size the chat turns, and so the inject figures, run at)

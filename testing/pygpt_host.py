@@ -17,6 +17,9 @@ from pathlib import Path
 from typing import Any
 from unittest.mock import MagicMock
 
+# MemoryPlus settings for an offline run: no LLM, no API key, the persistent worker
+LOCAL = {"extraction_engine": "local", "embedding_provider": "local", "engine_mode": "persistent"}
+
 
 class _Dialogs:
     def __init__(self, host: "HostWindow"):

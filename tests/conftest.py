@@ -35,3 +35,26 @@ async def engine(tmp_path):
     eng = MemoryEngine(Settings(extraction_engine="local", embedding_provider="local"), tmp_path / "data")
     yield eng
     await eng.close()
+
+
+@pytest.fixture
+def host(tmp_path):
+    """PyGPT's real plugin registry and dispatcher (testing/pygpt_host.py) with MemoryPlus
+    registered and started on offline settings (plus `values`); destroyed after the test."""
+    from memoryplus.plugin.plugin import Plugin
+    from memoryplus.testing.pygpt_host import LOCAL, HostWindow
+    windows = []
+
+    def make(workdir=None, **values):
+        window = HostWindow(workdir or tmp_path / "pygpt")
+        plugin = Plugin()
+        stored = window.core.config.data.setdefault("plugins", {}).setdefault("memoryplus", {})
+        stored.update({**LOCAL, **values})
+        window.register(plugin)
+        plugin._ensure_started()
+        windows.append((window, plugin))
+        return window, plugin
+
+    yield make
+    for window, plugin in windows:
+        plugin.destroy()

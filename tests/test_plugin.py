@@ -11,9 +11,8 @@ import pytest
 from memoryplus.config.schema import options
 from memoryplus.plugin.memory_block import TAG
 from memoryplus.plugin.plugin import Plugin
-from memoryplus.testing.pygpt_host import HostWindow, chat_turn
+from memoryplus.testing.pygpt_host import LOCAL, HostWindow, chat_turn
 
-LOCAL = {"extraction_engine": "local", "embedding_provider": "local", "engine_mode": "persistent"}
 
 
 def block_of(prompt: str) -> str:
@@ -27,23 +26,14 @@ def settle(window: HostWindow, plugin: Plugin, timeout: float = 60.0) -> None:
     window.process_events(0.05)
 
 
-@pytest.fixture
-def host(tmp_path):
-    windows = []
-
-    def make(workdir=None, **values):
-        window = HostWindow(workdir or tmp_path / "pygpt")
-        plugin = Plugin()
-        stored = window.core.config.data.setdefault("plugins", {}).setdefault("memoryplus", {})
-        stored.update({**LOCAL, **values})
-        window.register(plugin)
-        plugin._ensure_started()
-        windows.append((window, plugin))
-        return window, plugin
-
-    yield make
-    for window, plugin in windows:
-        plugin.destroy()
+def restart_without_saved_settings(workdir) -> HostWindow:
+    """PyGPT started once without MemoryPlus (its saved values gone from config.json), then
+    started again."""
+    cfg_path = workdir / "config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg.get("plugins", {}).pop("memoryplus", None)
+    cfg_path.write_text(json.dumps(cfg))
+    return HostWindow(workdir)
 
 
 def test_every_option_is_on_its_tab_with_the_right_widget(host):
@@ -210,12 +200,7 @@ def test_settings_survive_pygpt_dropping_them(host, tmp_path):
     mirror = json.loads((tmp_path / "pygpt" / "memoryplus" / "settings.json").read_text())
     assert mirror["context_limit"] == 3 and mirror["memory_mode"] == "Research"
     plugin.destroy()
-    # PyGPT started once without MemoryPlus: its saved values are gone from config.json.
-    cfg_path = tmp_path / "pygpt" / "config.json"
-    cfg = json.loads(cfg_path.read_text())
-    cfg.get("plugins", {}).pop("memoryplus", None)
-    cfg_path.write_text(json.dumps(cfg))
-    again = HostWindow(tmp_path / "pygpt")
+    again = restart_without_saved_settings(tmp_path / "pygpt")
     plugin2 = again.register(Plugin())
     plugin2._ensure_started()
     try:
@@ -356,11 +341,7 @@ def test_settings_are_restored_on_the_gui_thread_when_started_by_pygpt(host, tmp
     window, plugin = host()
     window.save_options(plugin, context_limit=3, memory_mode="Research")
     plugin.destroy()
-    cfg_path = tmp_path / "pygpt" / "config.json"
-    cfg = json.loads(cfg_path.read_text())
-    cfg.get("plugins", {}).pop("memoryplus", None)
-    cfg_path.write_text(json.dumps(cfg))
-    again = HostWindow(tmp_path / "pygpt")
+    again = restart_without_saved_settings(tmp_path / "pygpt")
     plugin2 = again.register(Plugin())
     plugin2._start_in_background()
     try:
@@ -372,7 +353,8 @@ def test_settings_are_restored_on_the_gui_thread_when_started_by_pygpt(host, tmp
             again.process_events(0.05)
         assert plugin2.get_option_value("memory_mode") == "Research"
         assert again.core.config.get("plugins")["memoryplus"]["context_limit"] == 3
-        assert json.loads(cfg_path.read_text())["plugins"]["memoryplus"]["context_limit"] == 3
+        saved = json.loads((tmp_path / "pygpt" / "config.json").read_text())
+        assert saved["plugins"]["memoryplus"]["context_limit"] == 3
     finally:
         plugin2.destroy()
 

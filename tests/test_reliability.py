@@ -17,22 +17,13 @@ from pathlib import Path
 import pytest
 
 from memoryplus.config.schema import Settings
+from memoryplus.testing import wait_for
 from memoryplus.testing.scripted_llm import ScriptedLLMServer
 from memoryplus.worker import protocol as P
 from memoryplus.worker.client import WorkerClient, WorkerError
 
 BANK = "reliable"
 KEY = "sk-test-RELIABLEkey0123456789abcdef"
-
-
-def wait_for(pred, timeout: float = 60.0, step: float = 0.05, what: str = "condition"):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        value = pred()
-        if value:
-            return value
-        time.sleep(step)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.fixture
@@ -106,26 +97,6 @@ def test_a_malformed_llm_answer_is_a_retryable_provider_error_not_a_bad_request(
 
 
 # ── turns the memory mode skips on purpose ────────────────────────────────────────────────
-@pytest.fixture
-def host(tmp_path):
-    from memoryplus.plugin.plugin import Plugin
-    from memoryplus.testing.pygpt_host import HostWindow
-    windows = []
-
-    def make(workdir=None, **values):
-        window = HostWindow(workdir or tmp_path / "pygpt")
-        plugin = Plugin()
-        stored = window.core.config.data.setdefault("plugins", {}).setdefault("memoryplus", {})
-        stored.update({"extraction_engine": "local", "embedding_provider": "local",
-                       "engine_mode": "persistent", **values})
-        window.register(plugin)
-        plugin._ensure_started()
-        windows.append((window, plugin))
-        return window, plugin
-
-    yield make
-    for window, plugin in windows:
-        plugin.destroy()
 
 
 @pytest.mark.option("memory_mode")

@@ -14,13 +14,12 @@ from PySide6.QtCore import QPoint, Qt
 from PySide6.QtWidgets import QAbstractButton, QCheckBox, QLabel, QMenu, QMessageBox, QWidget
 
 from memoryplus.plugin.plugin import Plugin
-from memoryplus.testing.pygpt_host import HostWindow, chat_turn
+from memoryplus.testing.pygpt_host import LOCAL, HostWindow, chat_turn
 from memoryplus.ui import graph_layout
 from memoryplus.ui.common import ElidedLabel
 from memoryplus.ui.graph_view import EdgeItem
 from memoryplus.worker.records import Turn
 
-LOCAL = {"extraction_engine": "local", "embedding_provider": "local", "engine_mode": "persistent"}
 SHOTS = Path(__file__).resolve().parent.parent / "test-output" / "ui"
 UI_DIR = Path(__file__).resolve().parent.parent / "ui"
 TIMEOUT_MS = 30_000

@@ -22,6 +22,7 @@ import psutil
 import pytest
 
 from memoryplus.config.schema import Settings
+from memoryplus.testing import wait_for
 from memoryplus.worker import protocol as P
 from memoryplus.worker.client import (
     RequestTimeout, WorkerClient, WorkerError, WorkerUnavailable, connect_existing,
@@ -46,16 +47,6 @@ def turns(n: int, start: int = 0, prefix: str = "t") -> list[dict]:
 
 def gone(pid: int) -> bool:
     return not P.pid_alive(pid)
-
-
-def wait_for(pred, timeout: float = 30.0, step: float = 0.05, what: str = "condition"):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        value = pred()
-        if value:
-            return value
-        time.sleep(step)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def bank_opens_in_process(data_dir: Path, bank: str = BANK) -> BankStats:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from collections import OrderedDict
+from functools import lru_cache
 from typing import Any
 
 STATEMENTS_KEPT = 256      # distinct query texts: ours and graphiti's are a few dozen
@@ -62,6 +63,7 @@ _EDGE_SIMILARITY = re.compile(
     r"WHERE score > \$min_score\s*RETURN(?P<fields>.*?)ORDER BY score DESC\s*LIMIT \$limit\s*$", re.S)
 
 
+@lru_cache(maxsize=256)      # it runs for every query; the query texts are a few dozen
 def faster_query(cypher: str) -> str:
     """The query to run for graphiti's `cypher`: itself, or its faster equivalent."""
     m = _EDGE_SIMILARITY.match(cypher)
