@@ -371,6 +371,34 @@ async def test_search_depth_is_the_candidate_pool(make_engine, tmp_path):
     assert len(await deep.search(BANK, "zebra lives in zoo", limit=4)) == 4, "the limit cuts the fused list"
 
 
+async def test_fewer_results_are_the_head_of_more_and_unfinished_turns_never_show(engine):
+    """Sources are looked up only for the candidates that can make the list: asking for 3
+    must give exactly the first 3 of the longer list, also when the best-scoring candidates
+    come from a turn whose storing was interrupted (pending: never shown)."""
+    from memoryplus.worker import engine as eng_mod
+    await engine.ingest(BANK, [turn(i, f"The zebra number {i} lives in Zoo{i} near the river", days=i)
+                               for i in range(12)])
+    original = eng_mod.MemoryEngine._extract_local
+
+    async def crash_midway(self, bank, episode, meta):
+        await original(self, bank, episode, meta)
+        raise KeyboardInterrupt
+
+    eng_mod.MemoryEngine._extract_local = crash_midway
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            await engine.ingest(BANK, [turn("okapi", "The okapi Kibo lives in Zoo7 near the river", days=20)])
+    finally:
+        eng_mod.MemoryEngine._extract_local = original
+    query = "okapi Kibo lives in Zoo7 near the river"
+    everything = await engine.search(BANK, query, limit=100)
+    assert everything and all("okapi" not in r.sources for r in everything)
+    for k in (1, 2, 3, 5, 8):
+        head = await engine.search(BANK, query, limit=k)
+        assert [(r.id, r.score, r.sources) for r in head] == \
+               [(r.id, r.score, r.sources) for r in everything[:k]]
+
+
 async def test_a_turn_is_answered_as_stored_only_once_it_is_flushed_from_the_log(engine):
     """Kuzu 0.11.3 can crash replaying a killed worker's log; an answered turn must not
     depend on a replay: the batch's writes are checkpointed before the answer."""

@@ -740,15 +740,17 @@ class MemoryEngine:
         for phrase, names in await self._resolve_roles(bank, query):
             query = re.sub(re.escape(phrase), lambda m: f"{m.group(0)} {' '.join(names)}", query,
                            count=1, flags=re.I)
-        out = await self._search_once(bank, clean_query(query), as_of, past)
+        out = await self._search_once(bank, clean_query(query), as_of, past, limit)
         return sorted(out, key=lambda r: r.score, reverse=True)[:limit]
 
-    async def _search_once(self, bank: Bank, text: str, as_of: datetime | None, past: bool) -> list[SearchResult]:
+    async def _search_once(self, bank: Bank, text: str, as_of: datetime | None, past: bool,
+                           limit: int) -> list[SearchResult]:
         depth = self.settings.search_depth   # candidates per kind (facts, entities, turns)
         flt = SearchFilters() if past else self._search_filter(as_of)
         results = await bank.graphiti.search_(text, config=self._search_config(depth),
                                               group_ids=[bank.slug], search_filter=flt)
-        out = await self._fuse(bank, results, as_of)
+        # a question about the past ranks the replaced facts by the current ones: all of those
+        out = await self._fuse(bank, results, as_of, None if past else limit)
         if past:
             out += await self._superseded(bank, results.edges[:SUPERSEDED_FOR], out)
         return out
@@ -814,11 +816,16 @@ class MemoryEngine:
         except (TypeError, ValueError):
             return 0
 
-    async def _fuse(self, bank: Bank, res, as_of: datetime | None) -> list[SearchResult]:
+    async def _fuse(self, bank: Bank, res, as_of: datetime | None,
+                    limit: int | None = None) -> list[SearchResult]:
         """One ranked list from facts, entities and episodes: scores scaled per kind, weighted,
-        nudged (boundedly) by feedback ratings; tags and sources from the episodes behind each."""
+        nudged (boundedly) by feedback ratings; tags and sources from the episodes behind each.
+
+        With `limit`, only the best `limit` that have sources: a candidate's score is known
+        before its sources, so sources are looked up best first, for as many as can still make
+        the list (on a 5,000-turn bank a hub entity such as "User" is mentioned by thousands of
+        turns: looking up every candidate's sources cost more than a tenth of a search)."""
         t = as_utc(as_of) if as_of else None
-        edges = list(res.edges)
         nodes = [n for n in res.nodes if not set(n.labels) & set(TAG_LABELS)
                  and (t is None or _ts(n.created_at) <= t)]
         node_scores = self._scaled([s for n, s in zip(res.nodes, res.node_reranker_scores)
@@ -828,51 +835,60 @@ class MemoryEngine:
                     and (t is None or _ts(e.valid_at) <= t)]
         ep_scores = self._scaled([s for e, s in zip(res.episodes, res.episode_reranker_scores)
                                   if e in episodes], len(episodes))
+        edges = list(res.edges)
         edge_scores = self._scaled(res.edge_reranker_scores, len(edges))
-
-        mention_rows = await self._query(bank, "episode_uuids_mentioning",
-                                         uuids=[n.uuid for n in nodes]) if nodes else []
-        by_entity: dict[str, list[tuple[datetime, str]]] = {}
-        for r in mention_rows:
-            by_entity.setdefault(r["entity"], []).append((_ts(r["valid_at"]), r["episode"]))
-        wanted = {u for e in edges for u in e.episodes}
-        wanted |= {u for lst in by_entity.values() for _, u in sorted(lst, reverse=True)[:5]}
-        ep_rows = await self._episodes(bank, list(wanted))
-        metas = {u: EpisodeMeta.parse(r["name"], u) for u, r in ep_rows.items()}
-        metas.update({e.uuid: EpisodeMeta.parse(e.name, e.uuid) for e in episodes})
-
-        def describe(ep_uuids: list[str]) -> tuple[list[str], list[str]]:
-            known = [metas[u] for u in ep_uuids if u in metas and metas[u].state == COMPLETE]
-            tags = list(dict.fromkeys(t for m in known for t in m.tags))
-            return [m.id for m in known], tags
-
+        candidates = sorted(   # stable: on a tie, facts before entities before turns
+            [("fact", e, round(KIND_WEIGHT["fact"] * s * (1 + RATING_STEP * self._rating(e.attributes)), 6))
+             for e, s in zip(edges, edge_scores)]
+            + [("entity", n, round(KIND_WEIGHT["entity"] * s * (1 + RATING_STEP * self._rating(n.attributes)), 6))
+               for n, s in zip(nodes, node_scores)]
+            + [("episode", e, round(KIND_WEIGHT["episode"] * s, 6)) for e, s in zip(episodes, ep_scores)],
+            key=lambda c: c[2], reverse=True)
+        want = len(candidates) if limit is None else limit
         out: list[SearchResult] = []
-        for edge, score in zip(edges, edge_scores):
-            sources, tags = describe(list(reversed(edge.episodes)))
-            if not sources:
-                continue
-            boost = 1 + RATING_STEP * self._rating(edge.attributes)
-            out.append(SearchResult(id=edge.uuid, kind="fact", text=edge.fact, name=edge.name,
-                                    valid_at=_ts(edge.valid_at), invalid_at=_ts(edge.invalid_at),
-                                    tags=tags, sources=sources,
-                                    score=round(KIND_WEIGHT["fact"] * score * boost, 6)))
-        for node, score in zip(nodes, node_scores):
-            eps = [u for _, u in sorted(by_entity.get(node.uuid, []), reverse=True)[:5]]
-            sources, tags = describe(eps)
-            if not sources:
-                continue
-            boost = 1 + RATING_STEP * self._rating(node.attributes)
-            text = f"{node.name}: {node.summary}" if node.summary else node.name
-            out.append(SearchResult(id=node.uuid, kind="entity", text=text, name=node.name,
-                                    valid_at=_ts(node.created_at), tags=tags, sources=sources,
-                                    score=round(KIND_WEIGHT["entity"] * score * boost, 6)))
-        for ep, score in zip(episodes, ep_scores):
-            meta = metas[ep.uuid]
-            out.append(SearchResult(id=ep.uuid, kind="episode", text=ep.content, valid_at=_ts(ep.valid_at),
-                                    tags=meta.tags, sources=[meta.id],
-                                    score=round(KIND_WEIGHT["episode"] * score, 6)))
+        while candidates and len(out) < want:
+            # a few spare: a candidate whose turns were all forgotten or are pending drops out
+            chunk, candidates = candidates[:want - len(out) + 2], candidates[want - len(out) + 2:]
+            sources = await self._sources(bank, [c for kind, c, _ in chunk if kind == "fact"],
+                                          [c for kind, c, _ in chunk if kind == "entity"])
+            for kind, c, score in chunk:
+                if kind == "episode":
+                    meta = EpisodeMeta.parse(c.name, c.uuid)
+                    out.append(SearchResult(id=c.uuid, kind="episode", text=c.content,
+                                            valid_at=_ts(c.valid_at), tags=meta.tags,
+                                            sources=[meta.id], score=score))
+                    continue
+                known = sources.get(c.uuid)
+                if not known:
+                    continue
+                ids, tags = [m.id for m in known], list(dict.fromkeys(x for m in known for x in m.tags))
+                if kind == "fact":
+                    out.append(SearchResult(id=c.uuid, kind="fact", text=c.fact, name=c.name,
+                                            valid_at=_ts(c.valid_at), invalid_at=_ts(c.invalid_at),
+                                            tags=tags, sources=ids, score=score))
+                else:
+                    out.append(SearchResult(id=c.uuid, kind="entity", name=c.name, tags=tags,
+                                            text=f"{c.name}: {c.summary}" if c.summary else c.name,
+                                            valid_at=_ts(c.created_at), sources=ids,
+                                            score=score))
         out.sort(key=lambda r: r.score, reverse=True)
-        return out
+        return out[:want]
+
+    async def _sources(self, bank: Bank, facts: list, entities: list) -> dict[str, list[EpisodeMeta]]:
+        """The completed turns behind facts (theirs, newest first) and entities (the newest
+        five that mention them), by fact or entity uuid."""
+        mentions: dict[str, list[tuple[datetime, str]]] = {}
+        if entities:
+            for r in await self._query(bank, "episode_uuids_mentioning", uuids=[n.uuid for n in entities]):
+                mentions.setdefault(r["entity"], []).append((_ts(r["valid_at"]), r["episode"]))
+        behind = {f.uuid: list(reversed(f.episodes)) for f in facts}
+        behind |= {n.uuid: [u for _, u in sorted(mentions.get(n.uuid, []), reverse=True)[:5]]
+                   for n in entities}
+        wanted = list(dict.fromkeys(u for uuids in behind.values() for u in uuids))
+        rows = await self._query(bank, "episode_names", uuids=wanted) if wanted else []
+        metas = {r["uuid"]: EpisodeMeta.parse(r["name"], r["uuid"]) for r in rows}
+        return {uuid: [metas[u] for u in uuids if u in metas and metas[u].state == COMPLETE]
+                for uuid, uuids in behind.items()}
 
     # ── forgetting ─────────────────────────────────────────────────────────────────────
     async def forget(self, bank_name: str, *, last: bool = False, ids: list[str] | None = None,

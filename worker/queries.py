@@ -32,13 +32,16 @@ def _queries(p: GraphProvider) -> dict[str, str]:
     fact = _FACT[p]
     queries = {
         "episodes_by_uuid": f"MATCH (e:Episodic) WHERE e.uuid IN $uuids RETURN {_EPISODE_FIELDS}",
+        # what a search result needs of its turns (their metadata lives in the name)
+        "episode_names": "MATCH (e:Episodic) WHERE e.uuid IN $uuids RETURN e.uuid AS uuid, e.name AS name",
         "episodes_page": (f"MATCH (e:Episodic) WHERE e.group_id = $gid RETURN {_EPISODE_FIELDS} "
                           "ORDER BY e.created_at DESC, e.uuid SKIP $skip LIMIT $limit"),
         "episodes_before": (f"MATCH (e:Episodic) WHERE e.group_id = $gid AND e.created_at < $before "
                             f"RETURN {_EPISODE_FIELDS}"),
         "episodes_all": f"MATCH (e:Episodic) WHERE e.group_id = $gid RETURN {_EPISODE_FIELDS}",
+        # the entities first: Kuzu then follows their mentions instead of filtering all of them
         "episode_uuids_mentioning": (
-            "MATCH (e:Episodic)-[:MENTIONS]->(n:Entity) WHERE n.uuid IN $uuids "
+            "MATCH (n:Entity) WHERE n.uuid IN $uuids MATCH (e:Episodic)-[:MENTIONS]->(n) "
             "RETURN n.uuid AS entity, e.uuid AS episode, e.valid_at AS valid_at"),
         "mention_counts": ("MATCH (e:Episodic)-[:MENTIONS]->(n:Entity) WHERE n.uuid IN $uuids "
                            "RETURN n.uuid AS uuid, count(e) AS n"),
