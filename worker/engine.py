@@ -830,9 +830,9 @@ class MemoryEngine:
                  and (t is None or _ts(n.created_at) <= t)]
         node_scores = self._scaled([s for n, s in zip(res.nodes, res.node_reranker_scores)
                                     if n in nodes], len(nodes))
+        known = {e.uuid: EpisodeMeta.parse(e.name, e.uuid) for e in res.episodes}   # turns: no lookup
         episodes = [e for e in res.episodes
-                    if EpisodeMeta.parse(e.name, e.uuid).state == COMPLETE
-                    and (t is None or _ts(e.valid_at) <= t)]
+                    if known[e.uuid].state == COMPLETE and (t is None or _ts(e.valid_at) <= t)]
         ep_scores = self._scaled([s for e, s in zip(res.episodes, res.episode_reranker_scores)
                                   if e in episodes], len(episodes))
         edges = list(res.edges)
@@ -850,18 +850,18 @@ class MemoryEngine:
             # a few spare: a candidate whose turns were all forgotten or are pending drops out
             chunk, candidates = candidates[:want - len(out) + 2], candidates[want - len(out) + 2:]
             sources = await self._sources(bank, [c for kind, c, _ in chunk if kind == "fact"],
-                                          [c for kind, c, _ in chunk if kind == "entity"])
+                                          [c for kind, c, _ in chunk if kind == "entity"], known)
             for kind, c, score in chunk:
                 if kind == "episode":
-                    meta = EpisodeMeta.parse(c.name, c.uuid)
+                    meta = known[c.uuid]
                     out.append(SearchResult(id=c.uuid, kind="episode", text=c.content,
                                             valid_at=_ts(c.valid_at), tags=meta.tags,
                                             sources=[meta.id], score=score))
                     continue
-                known = sources.get(c.uuid)
-                if not known:
+                turns = sources.get(c.uuid)
+                if not turns:
                     continue
-                ids, tags = [m.id for m in known], list(dict.fromkeys(x for m in known for x in m.tags))
+                ids, tags = [m.id for m in turns], list(dict.fromkeys(x for m in turns for x in m.tags))
                 if kind == "fact":
                     out.append(SearchResult(id=c.uuid, kind="fact", text=c.fact, name=c.name,
                                             valid_at=_ts(c.valid_at), invalid_at=_ts(c.invalid_at),
@@ -874,9 +874,11 @@ class MemoryEngine:
         out.sort(key=lambda r: r.score, reverse=True)
         return out[:want]
 
-    async def _sources(self, bank: Bank, facts: list, entities: list) -> dict[str, list[EpisodeMeta]]:
+    async def _sources(self, bank: Bank, facts: list, entities: list,
+                       metas: dict[str, EpisodeMeta]) -> dict[str, list[EpisodeMeta]]:
         """The completed turns behind facts (theirs, newest first) and entities (the newest
-        five that mention them), by fact or entity uuid."""
+        five that mention them), by fact or entity uuid. `metas`: turns known already (the
+        search's own turn hits, often the very turns behind its facts); grows with the rest."""
         mentions: dict[str, list[tuple[datetime, str]]] = {}
         if entities:
             for r in await self._query(bank, "episode_uuids_mentioning", uuids=[n.uuid for n in entities]):
@@ -884,9 +886,9 @@ class MemoryEngine:
         behind = {f.uuid: list(reversed(f.episodes)) for f in facts}
         behind |= {n.uuid: [u for _, u in sorted(mentions.get(n.uuid, []), reverse=True)[:5]]
                    for n in entities}
-        wanted = list(dict.fromkeys(u for uuids in behind.values() for u in uuids))
-        rows = await self._query(bank, "episode_names", uuids=wanted) if wanted else []
-        metas = {r["uuid"]: EpisodeMeta.parse(r["name"], r["uuid"]) for r in rows}
+        wanted = list(dict.fromkeys(u for uuids in behind.values() for u in uuids if u not in metas))
+        for r in await self._query(bank, "episode_names", uuids=wanted) if wanted else []:
+            metas[r["uuid"]] = EpisodeMeta.parse(r["name"], r["uuid"])
         return {uuid: [metas[u] for u in uuids if u in metas and metas[u].state == COMPLETE]
                 for uuid, uuids in behind.items()}
 
