@@ -462,21 +462,21 @@ def _canonical(value: str, choices: tuple[str, ...], what: str) -> str:
     raise ValueError(f"unknown {what} {value!r}; expected one of {', '.join(choices)}")
 
 
-def _tagging_instructions(emotions: bool, topics: bool, sensitivity: str) -> str:
+def _tagging_instructions(emotions: bool, topics: bool) -> str:
+    """What the type descriptions cannot say: that graphiti's own rules against feelings and
+    abstract concepts do not apply to the tags, and that tags get no facts. How to name them,
+    and the emotion sensitivity, are in the Emotion and Topic descriptions: this text goes
+    into both extraction prompts of every turn, so it says nothing twice."""
     parts = []
     if emotions:
-        parts.append(
-            "Also extract, as Emotion entities, the emotions User (or another human speaker) "
-            "expresses in this message, not the assistant's politeness (an exception to the "
-            "rule against extracting feelings), each named by a single lowercase adjective "
-            "such as 'frustrated' or 'amused'. "
-            + _EMOTION_LEVEL[sensitivity])
+        parts.append("Also extract Emotion entities, the speaker's own emotions in this message "
+                     "(an exception to the rule against extracting feelings).")
     if topics:
-        parts.append(
-            "Also extract, as Topic entities, up to three subjects this message is about, each "
-            "a short lowercase label such as 'linux' or 'project management' (an exception to "
-            "the rule against abstract concepts). Do not create facts for emotion or topic "
-            "tags; the message's link to them is the tag.")
+        parts.append("Also extract up to three Topic entities, what this message is about (an "
+                     "exception to the rule against abstract concepts).")
+    if parts:
+        kinds = " or ".join(k for k, on in (("Emotion", emotions), ("Topic", topics)) if on)
+        parts.append(f"Create no facts for {kinds} tags: the message's link to them is the tag.")
     return " ".join(parts)
 
 
@@ -515,7 +515,7 @@ def mode_spec(mode: str, custom_prompt: str = "", *, emotion_tagging: bool = Tru
                 + prompt) if prompt else spec.instructions
     else:
         body = spec.instructions
-    tagging = _tagging_instructions(emotion_tagging, topic_tagging, sensitivity)
+    tagging = _tagging_instructions(emotion_tagging, topic_tagging)
     instructions = _SPEAKERS + body + ("\n" + tagging if tagging else "")
 
     return ModeSpec(name=name, entity_types=entity_types, edge_types=edge_types,
