@@ -244,6 +244,9 @@ def test_every_op_over_the_protocol_then_shutdown_leaves_no_process_and_no_lock(
     assert bank_opens_in_process(data_dir).episodes == 2, "the Kuzu lock is released"
     with pytest.raises(WorkerUnavailable):
         c.call("health")
+    log_text = (data_dir / P.LOG_DIR / P.LOG_FILE).read_text()
+    assert "UnknownBankError: unknown bank 'copy'" in log_text
+    assert "Traceback" not in log_text, "an error the user can act on is one line in the log"
 
 
 # ── searches do not wait behind ingestion ─────────────────────────────────────────────────

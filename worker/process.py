@@ -486,8 +486,10 @@ class WorkerServer:
                 exc = _ModelAnswerProviderError(
                     f"the model's answer could not be used ({exc.title}: "
                     f"{str(first.get('msg', ''))[:200]}); the turn will be retried")
-            expected = type(exc).__name__.endswith(("EngineError", "StoreError", "LockedError",
-                                                     "MismatchError", "ProviderError"))
+            # an error the user can act on (its class or a base says so): one line, no traceback
+            expected = any(c.__name__.endswith(("EngineError", "StoreError", "LockedError",
+                                                "MismatchError", "ProviderError", "BankNameError"))
+                           for c in type(exc).__mro__)
             if expected or spec.test:
                 log.info("%s %s failed: %s: %s", msg.op, msg.id, type(exc).__name__, exc)
             else:

@@ -645,7 +645,14 @@ def open_neo4j(uri: str, user: str, password: str, database: str) -> GraphDriver
         pass
 
     try:
-        return _Driver(uri=uri, user=user, password=password, database=database)
+        driver = _Driver(uri=uri, user=user, password=password, database=database)
     except Exception as exc:
         # Never echo the password: the driver's messages name the URI only, and so do we.
         raise StoreError(f"cannot connect to Neo4j at {uri}: {type(exc).__name__}") from None
+    # graphiti's constructor also schedules the index build as a task nobody awaits (its error
+    # is lost, and an unreachable server leaves it pending when the loop ends): the engine
+    # builds the indexes itself and awaits them.
+    init = getattr(driver, "_init_task", None)
+    if init is not None:
+        init.cancel()
+    return driver
