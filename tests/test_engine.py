@@ -179,6 +179,19 @@ async def test_embedding_dimension_mismatch_is_refused_until_reembed(make_engine
     assert "Berlin" in texts(await other.search(BANK, "where do I live"))
 
 
+async def test_a_bank_built_with_another_embedder_can_be_cleared(make_engine, tmp_path):
+    from memoryplus.worker.providers import EmbedderChoice
+    first = make_engine(tmp_path / "d")
+    await first.ingest(BANK, [turn(1, "I live in Berlin")])
+    await first.close()
+    other = make_engine(tmp_path / "d")
+    other.embedder_override = EmbedderChoice("hash", "hash", 384)
+    await other.clear(BANK)
+    assert not other.known(BANK) and BANK not in [b.name for b in await other.banks_info()]
+    await other.ingest(BANK, [turn(2, "I live in Porto")])     # starts again, with this embedder
+    assert "Porto" in texts(await other.search(BANK, "where do I live"))
+
+
 async def test_a_bank_held_by_another_process_gives_a_clear_error(engine, tmp_path):
     await engine.ingest(BANK, [turn(1, "I live in Berlin")])
     script = textwrap.dedent(f"""

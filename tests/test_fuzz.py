@@ -418,3 +418,13 @@ def test_a_damaged_bank_gives_a_clear_error_and_the_other_banks_work(two_banks, 
         c.close(timeout=30)
     # nothing was overwritten: the damaged files are still there for the user to rescue
     assert not (alpha / "graph.kuzu").exists() or kind in ("truncated", "garbage", "emptied")
+    # ... until the user clears the bank, which works although it does not open
+    c = WorkerClient(S(extraction_engine="local", embedding_provider="local"), data, mode="persistent").start()
+    try:
+        assert c.call("clear", {"bank": "alpha"}, timeout=120) is None
+        assert not alpha.exists()
+        assert {b["name"] for b in c.call("banks", {}, timeout=60)} == {"beta"}
+        assert c.call("ingest", {"bank": "alpha", "turns": [{"id": "a3", "user": "I live in Graz."}]},
+                      timeout=120)["stored"] == ["a3"], "a cleared bank starts again"
+    finally:
+        c.close(timeout=30)

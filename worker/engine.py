@@ -55,7 +55,7 @@ from memoryplus.worker.records import (
     BankInfo, BankStats, Credentials, ForgetReport, IngestReport, SearchResult, Turn, as_utc, utc_now,
 )
 from memoryplus.worker.store import (
-    StoreError, checkpoint, close_kuzu, ensure_fulltext_indexes, open_kuzu, open_neo4j,
+    BankLockedError, StoreError, checkpoint, close_kuzu, ensure_fulltext_indexes, open_kuzu, open_neo4j,
 )
 
 os.environ.setdefault("GRAPHITI_TELEMETRY_ENABLED", "false")
@@ -1076,11 +1076,26 @@ class MemoryEngine:
         """Delete every memory of a bank, and the bank itself."""
         if not self.known(bank_name):
             raise UnknownBankError(f"unknown bank {bank_name!r}")
-        bank = await self._bank(bank_name, create=False)
-        if bank.provider == GraphProvider.KUZU:
-            await self._close_bank(bank)
-            await asyncio.to_thread(shutil.rmtree, bank.dir, True)
+        if self.settings.backend == "kuzu":
+            bank = self.banks.get(bank_name)
+            path = self.dir.path(bank_name)
+            if bank is not None:
+                await self._close_bank(bank)
+            else:
+                # A bank that does not open (built with another embedder, or damaged) can be
+                # cleared too; one that another process holds cannot (BankLockedError).
+                try:
+                    driver = await asyncio.to_thread(open_kuzu, path, bank_name, app=self.app,
+                                                     buffer_pool_mb=self.settings.kuzu_buffer_pool_mb)
+                except BankLockedError:
+                    raise
+                except StoreError as exc:
+                    log.warning("clearing bank %r, which does not open: %s", bank_name, exc)
+                else:
+                    await asyncio.to_thread(close_kuzu, driver, path)
+            await asyncio.to_thread(shutil.rmtree, path, True)
         else:
+            bank = await self._bank(bank_name, create=False)
             from graphiti_core.utils.maintenance.graph_data_operations import clear_data
             async with bank.write_lock:
                 await clear_data(bank.driver, group_ids=[bank.slug])

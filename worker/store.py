@@ -363,8 +363,9 @@ INDEXES_CHECKED = "indexes-checked"
 def _damaged(bank_name: str, bank_dir: Path, what: str) -> StoreError:
     return StoreError(
         f"bank {bank_name!r} cannot be opened: its database at {bank_dir} {what}. Its memories "
-        f"cannot be read; to go on, move that directory away (the bank then starts empty) and "
-        f"import an export of the bank if you have one (`memoryplus import`)")
+        f"cannot be read; to go on, move that directory away or clear the bank (\"Clear bank…\" "
+        f"in the memory browser), and it starts empty; then import an export of the bank if you "
+        f"have one (`memoryplus import`)")
 
 
 def _check_files(bank_dir: Path, bank_name: str) -> None:
