@@ -631,10 +631,14 @@ def run_bench(mode: str = "quick", json_path: str | os.PathLike | None = None, *
         client.start()
         try:
             wait_ready(client)
-            ours += phase_ours_search(client, queries, {})
+            fresh = phase_ours_search(client, queries, {})
         finally:
             client.close(timeout=30)
-        theirs += phase_graphiti_search(settings, banks_dir, queries, {})
+        again = phase_graphiti_search(settings, banks_dir, queries, {})
+        # per round, as context: the first is the plugin's own worker, which stored the bank
+        out["search_ms_p50_plugin_worker"], out["search_ms_p50_fresh_worker"] = pct(ours, 50), pct(fresh, 50)
+        out["graphiti_search_ms_p50_round1"], out["graphiti_search_ms_p50_round2"] = pct(theirs, 50), pct(again, 50)
+        ours, theirs = ours + fresh, theirs + again
         out["search_ms_p50"], out["search_ms_p95"] = pct(ours, 50), pct(ours, 95)
         out["graphiti_search_ms_p50"], out["graphiti_search_ms_p95"] = pct(theirs, 50), pct(theirs, 95)
         out["search_overhead_ratio"] = out["search_ms_p50"] / out["graphiti_search_ms_p50"]
