@@ -166,13 +166,19 @@ async def test_import_reports_bad_lines_and_keeps_good_ones(engine):
     assert (await engine.stats("other")).episodes == 1
 
 
-async def test_embedding_dimension_mismatch_is_refused_until_reembed(make_engine, tmp_path):
+async def engine_with_another_embedder(make_engine, where):
+    """An engine whose embedder is not the one the bank at `where` was built with."""
     from memoryplus.worker.providers import EmbedderChoice
-    first = make_engine(tmp_path / "d")
+    first = make_engine(where)
     await first.ingest(BANK, [turn(1, "I live in Berlin")])
     await first.close()
-    other = make_engine(tmp_path / "d")
+    other = make_engine(where)
     other.embedder_override = EmbedderChoice("hash", "hash", 384)
+    return other
+
+
+async def test_embedding_dimension_mismatch_is_refused_until_reembed(make_engine, tmp_path):
+    other = await engine_with_another_embedder(make_engine, tmp_path / "d")
     with pytest.raises(EmbeddingMismatchError, match="re-embed"):
         await other.search(BANK, "Berlin")
     assert await other.reembed(BANK) > 0
@@ -180,12 +186,7 @@ async def test_embedding_dimension_mismatch_is_refused_until_reembed(make_engine
 
 
 async def test_a_bank_built_with_another_embedder_can_be_cleared(make_engine, tmp_path):
-    from memoryplus.worker.providers import EmbedderChoice
-    first = make_engine(tmp_path / "d")
-    await first.ingest(BANK, [turn(1, "I live in Berlin")])
-    await first.close()
-    other = make_engine(tmp_path / "d")
-    other.embedder_override = EmbedderChoice("hash", "hash", 384)
+    other = await engine_with_another_embedder(make_engine, tmp_path / "d")
     await other.clear(BANK)
     assert not other.known(BANK) and BANK not in [b.name for b in await other.banks_info()]
     await other.ingest(BANK, [turn(2, "I live in Porto")])     # starts again, with this embedder
