@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import re
+import subprocess
 import threading
 import time
 import weakref
@@ -233,6 +234,17 @@ def _take_backup(bank_dir: Path) -> Path:
     return backup
 
 
+def _copy_backup_into(backup: Path, names: list[str], dest: Path, *, with_log: bool = True) -> None:
+    """`dest` holds the backup's database files (`names`), and no other (e.g. a .shadow file
+    of an interrupted checkpoint); without `with_log`, the write-ahead log is left alone."""
+    for f in _db_files(dest):
+        if f.name not in names and (with_log or f.name != "graph.kuzu.wal"):
+            f.unlink()
+    for name in names:
+        if with_log or name != "graph.kuzu.wal":
+            _copy_file(backup / name, dest / name)
+
+
 def _restore_backup(bank_dir: Path, bank_name: str) -> bool:
     """An interrupted repair: put the bank back as it was before it (idempotent, so a kill
     during the restore is finished by the next open). Returns whether it restored."""
@@ -243,11 +255,7 @@ def _restore_backup(bank_dir: Path, bank_name: str) -> bool:
         _remove_tree(backup)
         return False
     names = json.loads((backup / "files.json").read_text())
-    for f in _db_files(bank_dir):          # e.g. a .shadow file of the interrupted checkpoint
-        if f.name not in names:
-            f.unlink()
-    for name in names:
-        _copy_file(backup / name, bank_dir / name)
+    _copy_backup_into(backup, names, bank_dir)
     fsync_dir(bank_dir)
     log.warning("bank %r: a repair after an unclean exit was interrupted; restored the copy "
                 "taken before it and repairing again", bank_name)
@@ -399,7 +407,6 @@ _REPLAY = ("import sys, kuzu\n"
 def _replay_child(db_file: Path, buffer_pool_mb: int, *, crash: bool = False) -> int:
     """Open (replaying its log) and checkpoint a database in a child process; its exit code
     (negative: killed by that signal, i.e. Kuzu crashed)."""
-    import subprocess
     import sys
     env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "LC_ALL", "PYTHONPATH",
                                                        "VIRTUAL_ENV", "LD_LIBRARY_PATH")}
@@ -424,7 +431,7 @@ def _replay_log_safely(bank_dir: Path, bank_name: str, buffer_pool_mb: int, back
              and os.environ.get(TEST_KILL_IN_REPAIR_ENV) == "replay_crashes")   # test: a poisoned log
     try:
         rc = _replay_child(bank_dir / "graph.kuzu", buffer_pool_mb, crash=crash)
-    except (OSError, __import__("subprocess").TimeoutExpired) as exc:
+    except (OSError, subprocess.TimeoutExpired) as exc:
         log.warning("bank %r: could not replay its log in a child process (%s); replaying here",
                     bank_name, exc)
         return
@@ -438,9 +445,7 @@ def _replay_log_safely(bank_dir: Path, bank_name: str, buffer_pool_mb: int, back
     def replays(length: int) -> bool:
         _remove_tree(probe)
         probe.mkdir(mode=0o700)
-        for name in names:
-            if name != "graph.kuzu.wal":
-                _copy_file(backup / name, probe / name)
+        _copy_backup_into(backup, names, probe, with_log=False)
         (probe / "graph.kuzu.wal").write_bytes(wal_bytes[:length])
         return _replay_child(probe / "graph.kuzu", buffer_pool_mb,
                              crash=crash and length == len(wal_bytes)) == 0
@@ -455,14 +460,10 @@ def _replay_log_safely(bank_dir: Path, bank_name: str, buffer_pool_mb: int, back
             bad = mid
     _remove_tree(probe)
     # The bank: the copy's database with the good part of the log, replayed here by the child.
-    for f in _db_files(bank_dir):
-        if f.name not in names:
-            f.unlink()
-    for name in names:
-        if name != "graph.kuzu.wal":
-            _copy_file(backup / name, bank_dir / name)
+    _copy_backup_into(backup, names, bank_dir, with_log=False)
     aside = bank_dir / f"{UNREPLAYABLE_WAL}-{int(time.time())}"
-    _copy_file(backup / "graph.kuzu.wal", aside) if wal_bytes else None
+    if wal_bytes:
+        _copy_file(backup / "graph.kuzu.wal", aside)
     wal = bank_dir / "graph.kuzu.wal"
     tmp = wal.with_name(wal.name + ".part")
     tmp.write_bytes(wal_bytes[:good])
