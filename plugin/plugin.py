@@ -105,7 +105,6 @@ class Plugin(BasePlugin):
         self._closed = False
         self._ready = threading.Event()       # set once _build() has finished (or failed)
         self._ready.set()
-        self._unflushed: dict[str, tuple[str, list]] = {}   # bank -> (worker engine, turns not yet flushed)
         self._early_turns: list[Any] = []   # turns (ctx snapshots) that ended before the queue existed
         self._settings_stale = False
         self._status = ""
@@ -465,11 +464,11 @@ class Plugin(BasePlugin):
         self._check_llm_budget()
         # Sanitized here, on the queue's thread: custom rules may take a while on long turns.
         clean = self.sanitizer.clean if self.sanitizer else (lambda t: t)
-        originals = turns
         turns = [t.model_copy(update={"user": clean(t.user), "assistant": clean(t.assistant)}) for t in turns]
-        # More turns queued (a backlog): the worker may flush Kuzu's log with a later batch.
+        # More turns of this bank queued (a backlog): the worker may flush Kuzu's log with a
+        # later batch. Another bank's turns do not count: nothing would flush this one.
         defer = (self.settings.engine_mode != "subprocess" and self.queue is not None
-                 and self.queue.counts().get("pending", 0) > 0)
+                 and self.queue.waiting(bank) > 0)
         try:
             raw = self.client.call("ingest", {"bank": bank, "turns": [t.model_dump(mode="json") for t in turns],
                                               "defer_flush": defer},
@@ -479,29 +478,12 @@ class Plugin(BasePlugin):
             raise IngestError(str(exc), retryable=retryable) from None
         except (RequestTimeout, WorkerUnavailable) as exc:
             raise IngestError(str(exc), retryable=True) from None
-        report = IngestReport.model_validate(raw)
-        self._track_flush(bank, originals, report)
+        report = IngestReport.model_validate(raw)    # flushed=False: the queue keeps them spooled
         if self.cache is not None:
             self.cache.invalidate(bank)
         if report.llm_calls:
             self._llm_calls.append((time.monotonic(), report.llm_calls))
         return report
-
-    def _track_flush(self, bank: str, turns: list[Turn], report) -> None:
-        """Turns answered `flushed=False` are kept until a flushed answer from the same worker
-        engine; if that worker died first, they are queued again (storing is idempotent: the
-        ones that survived come back unchanged)."""
-        written = set(report.stored) | set(report.replaced)
-        with self._lock:
-            instance, kept = self._unflushed.get(bank, ("", []))
-            again = kept if kept and instance != report.instance else []
-            kept = [] if report.flushed or again else kept
-            if not report.flushed:
-                kept = kept + [t for t in turns if t.id in written]
-            self._unflushed[bank] = (report.instance, kept)
-        for turn in again:
-            log.warning("MemoryPlus: the worker stopped before flushing; storing turn %s again", turn.id)
-            self.queue.put(bank, turn)
 
     def _check_llm_budget(self) -> None:
         limit = self.settings.max_llm_calls_per_hour
@@ -603,6 +585,7 @@ class Plugin(BasePlugin):
             result = self.client.call("forget", {"bank": bank, "ids": [episode_uuid(slug(bank), turn.id)]},
                                       timeout=COMMAND_TIMEOUT_S)
             self.cache.invalidate(bank)
+            self.forgotten(bank, result)
             gone = result.get("episodes_removed", 0) if isinstance(result, dict) else 0
             self._tell(f"Forgot the last turn: {turn.user[:120]}" if gone else "That turn was not stored.")
         except Exception as exc:
@@ -644,12 +627,22 @@ class Plugin(BasePlugin):
 
     def _after(self, future, message: str, bank: str) -> None:
         try:
-            future.result()
+            self.forgotten(bank, future.result())
             if self.cache is not None:
                 self.cache.invalidate(bank)
             self._tell(message)
         except Exception as exc:
             self._tell(f"MemoryPlus could not do that: {exc}")
+
+    def forgotten(self, bank: str, report) -> None:
+        """After the worker forgot turns (a ForgetReport's `sources`; None for a cleared bank):
+        the queue's spool lets go of its copies, so no replay stores them again."""
+        if self.queue is None:
+            return
+        if report is None:
+            self.queue.forgotten(bank)
+        elif isinstance(report, dict) and report.get("sources"):
+            self.queue.forgotten(bank, [str(s) for s in report["sources"]])
 
     # ── talking to the user (GUI thread only) ──────────────────────────────────────────
     def _tell(self, text: str) -> None:

@@ -22,6 +22,11 @@ Two daemon threads do the rest:
   (`ingest-N.lock`), so two PyGPT instances on one data directory never share a spool file.
   A turn completed whose completion record was not yet written when the process died is
   replayed and ingested again: the worker's deterministic episode ids make that a no-op.
+  A turn the worker answers `flushed=False` (with a backlog it may flush Kuzu's log once for
+  several batches) is *held*: counted as done but kept in the spool until a flushed answer for
+  its bank from the same worker engine (`IngestReport.instance`). An answer from another
+  engine means the one that held it died before its flush: held turns are queued again. So a
+  log Kuzu cannot replay loses nothing, even when PyGPT dies with the worker.
 
 * the **ingest thread** takes batches: up to `batch_size` turns of ONE bank, waiting at most
   `batch_delay_ms` (counted from the oldest waiting turn) to fill one, and calls
@@ -89,13 +94,20 @@ REMOVED, IN_FLIGHT, ABSENT = "removed", "in_flight", "absent"
 _SLOT_RE = re.compile(r"ingest-(\d+)\.jsonl")
 
 
-def _skipped_ids(report: Any) -> set[str]:
-    """The turn ids a sink's report says the worker skipped on purpose (IngestReport.skipped)."""
-    skipped = report.get("skipped") if isinstance(report, dict) else getattr(report, "skipped", None)
-    try:
-        return {str(k) for k in (skipped or {})}
-    except TypeError:
-        return set()
+def _field(report: Any, name: str, default: Any = None) -> Any:
+    """One field of a sink's report (an IngestReport, or its dict form)."""
+    return report.get(name, default) if isinstance(report, dict) else getattr(report, name, default)
+
+
+def _ids(report: Any, *names: str) -> set[str]:
+    """The turn ids listed under the report's fields `names` (lists, or dicts keyed by id)."""
+    out: set[str] = set()
+    for name in names:
+        try:
+            out |= {str(k) for k in (_field(report, name) or ())}
+        except TypeError:
+            pass
+    return out
 
 
 class IngestError(Exception):
@@ -294,6 +306,8 @@ class IngestQueue:
         self._parked: dict[str, float] = {}             # bank -> clock() of its next attempt
         self._inflight: dict[str, _Entry] = {}          # uid -> entry
         self._failed: OrderedDict[str, _Entry] = OrderedDict()
+        # bank -> (worker engine instance, turns it stored but has not flushed yet): still spooled
+        self._held: dict[str, tuple[str, list[_Entry]]] = {}
         self._journal: list[tuple[str, _Entry, bool]] = []   # (op, entry, urgent) for the writer
         self._unspooled = 0
         self._done = 0
@@ -473,8 +487,9 @@ class IngestQueue:
     def remove(self, bank: str, turn_id: str) -> str:
         """Take a turn out before it is ingested: "removed" (it was waiting or failed; gone from
         the spool too), "in_flight" (being ingested now: forget it after, see on_done and
-        in_flight_ids()) or "absent"."""
+        in_flight_ids()) or "absent" (stored, or never here; a held copy leaves the spool)."""
         with self._lock:
+            self._drop_held(bank, {turn_id})
             found = False
             od = self._pending.get(bank)
             if od is not None and turn_id in od:
@@ -522,6 +537,13 @@ class IngestQueue:
             self._kick()
         return n
 
+    def forgotten(self, bank: str, turn_ids: list[str] | None = None) -> None:
+        """The worker forgot these stored turns (None: it cleared the bank). Their held copies
+        leave the spool at once, so that no replay stores them again."""
+        with self._lock:
+            self._drop_held(bank, None if turn_ids is None else {str(t) for t in turn_ids})
+            self._kick()
+
     # ── what the UI shows ───────────────────────────────────────────────────────────────
     def counts(self) -> dict[str, Any]:
         with self._lock:
@@ -531,6 +553,7 @@ class IngestQueue:
                 "in_flight": len(self._inflight),
                 "done": self._done,             # stored (or already stored, unchanged)
                 "skipped": self._skipped,       # not stored on purpose: the memory mode's gate, prune
+                "unflushed": sum(len(held) for _, held in self._held.values()),   # done, kept spooled
                 "dropped": self._dropped_n,
                 "failed": len(self._failed),
                 "paused_reason": self._paused,
@@ -553,6 +576,11 @@ class IngestQueue:
     def in_flight_ids(self) -> list[tuple[str, str]]:
         with self._lock:
             return [(e.bank, e.turn.id) for e in self._inflight.values()]
+
+    def waiting(self, bank: str) -> int:
+        """How many turns of `bank` wait to be ingested."""
+        with self._lock:
+            return len(self._pending.get(bank) or ())
 
     def pending_ids(self) -> list[tuple[str, str]]:
         with self._lock:
@@ -636,6 +664,48 @@ class IngestQueue:
             entry.state = "removed"
             self._journal.append(("del", entry, urgent))
         return bool(hit)
+
+    def _drop_held(self, bank: str, turn_ids: set[str] | None) -> None:
+        """Held turns of `bank` (those in `turn_ids`, or all) leave the spool."""
+        instance, held = self._held.get(bank, ("", []))
+        keep = [] if turn_ids is None else [e for e in held if e.turn.id not in turn_ids]
+        for entry in held:
+            if entry not in keep:
+                entry.state = "done"
+                # urgent (compact now) when one turn goes: it may be a forgotten one
+                self._journal.append(("del", entry, turn_ids is not None))
+        if keep:
+            self._held[bank] = (instance, keep)
+        else:
+            self._held.pop(bank, None)
+
+    def _requeue_lost(self, instance: str, newer: set[tuple[str, str]]) -> None:
+        """An answer from worker engine `instance`: turns held for another engine were never
+        flushed by it (it died), so they are queued again, unless a newer version of the same
+        turn is queued, failed or in `newer` (just stored)."""
+        for bank, (owner, held) in list(self._held.items()):
+            if owner == instance:
+                continue
+            del self._held[bank]
+            latest: dict[str, _Entry] = {}
+            for entry in sorted(held, key=lambda e: e.seq):
+                latest[entry.turn.id] = entry
+            od = self._pending.get(bank) or {}
+            failed = {e.turn.id for e in self._failed.values() if e.bank == bank}
+            again = []
+            for entry in held:
+                if (latest[entry.turn.id] is not entry or entry.turn.id in od or entry.turn.id in failed
+                        or (bank, entry.turn.id) in newer):
+                    entry.state = "replaced"
+                    self._journal.append(("del", entry, False))
+                else:
+                    again.append(entry)
+            for entry in sorted(again, key=lambda e: e.seq, reverse=True):
+                self._enqueue(entry, front=True)
+            self._done -= len(again)
+            if again:
+                log.warning("ingestion queue: the worker stopped before flushing bank %r; storing %d "
+                            "turn(s) again", bank, len(again))
 
     def _problem(self, message: str) -> None:
         log.warning("%s", message)
@@ -748,14 +818,28 @@ class IngestQueue:
             for entry in batch:
                 self._inflight.pop(entry.uid, None)
             if error is None:
-                skipped = _skipped_ids(report)
+                skipped = _ids(report, "skipped")
+                flushed = bool(_field(report, "flushed", True))
+                instance = str(_field(report, "instance", "") or "")
+                if instance:
+                    self._requeue_lost(instance, {(bank, e.turn.id) for e in batch})
+                written = set() if flushed else _ids(report, "stored", "replaced")
+                held: list[_Entry] = []
                 for entry in batch:
                     entry.state = "done"
-                    self._journal.append(("del", entry, entry.forget))
+                    if entry.turn.id in written and not entry.forget:
+                        held.append(entry)             # stays spooled until the worker flushes
+                    else:
+                        self._journal.append(("del", entry, entry.forget))
                     if not self._spool_ready:          # only needed for a late replay
                         self._done_keys.add((bank, entry.turn.id))
                     if entry.forget:
                         forget.append(entry.turn.id)
+                if flushed:
+                    self._drop_held(bank, None)        # flushed with this batch
+                elif held:
+                    _, before = self._held.get(bank, ("", []))
+                    self._held[bank] = (instance, before + held)
                 nskip = sum(1 for entry in batch if entry.turn.id in skipped)
                 self._skipped += nskip
                 self._done += len(batch) - nskip
@@ -958,6 +1042,7 @@ class IngestQueue:
         entries = [e for od in self._pending.values() for e in od.values()]
         entries += list(self._inflight.values())
         entries += list(self._failed.values())
+        entries += [e for _, held in self._held.values() for e in held]
         entries.sort(key=lambda e: e.seq)
         return entries
 

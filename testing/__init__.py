@@ -18,3 +18,32 @@ def mentions_code(text: str, code: str) -> bool:
     `"4711" in dump` fail by chance."""
     import re
     return re.search(rf"(?<![\w.:-]){re.escape(code)}(?![\w-])", text) is not None
+
+
+def kill_worker_and_its_log(plugin) -> None:
+    """SIGKILL the worker, then delete Kuzu's log: a log no replay could read (Kuzu 0.11.3 can
+    crash replaying a killed worker's log, and what it cannot replay is lost)."""
+    import os
+    import signal
+    import time
+    pid = plugin.client.status()["pid"]
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+            time.sleep(0.05)
+        except ProcessLookupError:
+            break
+    for wal in plugin.banks_dir().rglob("graph.kuzu.wal"):
+        wal.unlink()
+
+
+def backlog(queue, n: int) -> list[str]:
+    """n turns handed over while the queue is paused: a backlog, batched when it resumes."""
+    from memoryplus.worker.records import Turn
+    queue.pause("test: a backlog")
+    for i in range(n):
+        queue.put("default", Turn(id=f"b{i}", user=f"My colleague Worker{i} plays the tuba.", assistant="Noted."))
+    assert queue.wait_spooled(5)
+    return [f"Worker{i} plays the tuba" for i in range(n)]

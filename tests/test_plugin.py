@@ -11,7 +11,7 @@ import pytest
 from memoryplus.config.schema import options
 from memoryplus.plugin.memory_block import TAG
 from memoryplus.plugin.plugin import Plugin
-from memoryplus.testing import mentions_code
+from memoryplus.testing import backlog, kill_worker_and_its_log, mentions_code
 from memoryplus.testing.pygpt_host import LOCAL, HostWindow, chat_turn
 
 
@@ -408,36 +408,79 @@ def test_pygpt_start_does_not_import_pydantic_on_the_gui_thread(tmp_path):
     assert out["client"] and out["settings"] == "Settings" and not out["error"], out
 
 
-def test_turns_answered_before_the_log_was_flushed_are_stored_again_if_the_worker_dies(host):
-    """With a backlog the worker may answer a batch before flushing Kuzu's log (one flush for
-    many batches). If it dies before that flush and its log cannot be replayed (simulated:
-    the log is gone), the plugin stores those turns again: nothing answered is lost."""
-    import os
-    import signal
-    from memoryplus.worker.records import Turn
-    window, plugin = host()
-    chat_turn(window, "My neighbour Ilse keeps bees.", "Lovely.", ctx_id=1)
-    settle(window, plugin)
-    batch = [Turn(id=f"b{i}", user=f"My colleague Worker{i} plays the tuba.", assistant="Noted.") for i in range(4)]
-    plugin.queue.pause("test: a backlog")
-    plugin.queue.put("default", Turn(id="later", user="My cousin Lorenzo sails.", assistant="Nice."))
-    report = plugin._ingest_batch("default", batch)       # what the queue's thread does
-    assert report.stored == [t.id for t in batch] and report.flushed is False
-    pid = plugin.client.status()["pid"]
-    os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-            time.sleep(0.05)
-        except ProcessLookupError:
-            break
-    for wal in plugin.banks_dir().rglob("graph.kuzu.wal"):   # the log no replay could read
-        wal.unlink()
-    plugin.queue.resume()
-    settle(window, plugin)
-    settle(window, plugin)      # the turns queued again after the next answer
+def _each_stored_once(plugin, texts: list[str]) -> None:
     episodes = [r for r in plugin.client.call("export", {"bank": "default"}, timeout=60) if r["type"] == "episode"]
-    for i in range(4):
-        assert sum(f"Worker{i} plays the tuba" in r["content"] for r in episodes) == 1, i
-    assert sum("Lorenzo" in r["content"] for r in episodes) == 1
+    for text in texts:
+        assert sum(text in r["content"] for r in episodes) == 1, text
+
+
+def test_turns_answered_before_the_log_was_flushed_are_stored_again_if_the_worker_dies(host):
+    """With a backlog the worker answers batches before flushing Kuzu's log (one flush for
+    many batches). If it dies before that flush and its log cannot be replayed, the queue
+    stores those turns again: nothing answered is lost."""
+    window, plugin = host(batch_size=2, batch_delay_ms=0)
+    queue = plugin.queue
+    sink, answers = queue._sink, []
+
+    def worker_dies_after_an_unflushed_answer(bank, turns):
+        report = sink(bank, turns)
+        answers.append(report)
+        if len(answers) == 1:
+            assert report.flushed is False and report.stored == [t.id for t in turns]
+            kill_worker_and_its_log(plugin)
+        return report
+    queue._sink = worker_dies_after_an_unflushed_answer
+    texts = backlog(queue, 5)
+    queue.resume()
+    settle(window, plugin)
+    assert answers[-1].instance != answers[0].instance, "a new worker answered"
+    assert queue.counts()["unflushed"] == 0 and queue.counts()["failed"] == 0
+    _each_stored_once(plugin, texts)
+
+
+_PYGPT_DIES_WITH_ITS_WORKER = r'''
+import json, os, sys, time
+from pathlib import Path
+from memoryplus.plugin.plugin import Plugin
+from memoryplus.testing import backlog, kill_worker_and_its_log
+from memoryplus.testing.pygpt_host import HostWindow
+window = HostWindow(Path(sys.argv[1]))
+window.core.config.data.setdefault("plugins", {})["memoryplus"] = json.loads(sys.argv[2])
+plugin = window.register(Plugin())
+plugin._ensure_started()
+queue, sink, answers = plugin.queue, plugin.queue._sink, []
+
+def crash(bank, turns):
+    if answers:        # the first answer is in, and the queue has written what it does with it
+        kill_worker_and_its_log(plugin)
+        deadline = time.monotonic() + 10
+        while (queue._journal or queue._writer_busy) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        print(json.dumps({"unflushed": answers[0].stored if not answers[0].flushed else []}), flush=True)
+        os._exit(9)    # PyGPT dies too: no stop, no flush, no clean-up
+    answers.append(sink(bank, turns))
+    return answers[-1]
+queue._sink = crash
+backlog(queue, 5)
+queue.resume()
+time.sleep(120)
+'''
+
+
+def test_turns_answered_unflushed_survive_pygpt_dying_with_its_worker(host, tmp_path):
+    """The same, when PyGPT itself dies (and its worker with it): the turns answered unflushed
+    are still in the spool, and the next start stores them."""
+    import os
+    import subprocess
+    import sys
+    workdir = tmp_path / "pygpt"
+    settings = {**LOCAL, "batch_size": 2, "batch_delay_ms": 0}
+    env = {**os.environ, "GRAPHITI_TELEMETRY_ENABLED": "false", "QT_QPA_PLATFORM": "offscreen"}
+    proc = subprocess.run([sys.executable, "-c", _PYGPT_DIES_WITH_ITS_WORKER, str(workdir), json.dumps(settings)],
+                           capture_output=True, text=True, env=env, timeout=300)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    assert proc.returncode == 9 and lines, proc.stderr[-2000:]
+    assert json.loads(lines[-1])["unflushed"] == ["b0", "b1"], "the first batch was answered unflushed"
+    window, plugin = host(workdir, **settings)
+    settle(window, plugin)
+    _each_stored_once(plugin, [f"Worker{i} plays the tuba" for i in range(5)])

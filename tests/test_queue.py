@@ -610,3 +610,100 @@ def test_two_live_queues_never_share_a_spool_and_orphans_are_adopted(tmp_path, q
     assert sorted(sink.ids(), key=int) == [str(i) for i in range(7)]
     assert not (spool / "ingest-1.jsonl").exists()      # adopted, then removed
     gate.set()
+
+
+class FlushingLater(Sink):
+    """A worker engine `instance` that answers `flushed=False` while `more_waiting(bank)` (it
+    flushes with a later batch)."""
+
+    def __init__(self, instance="engine-1"):
+        super().__init__()
+        self.instance = instance
+        self.more_waiting = lambda bank: True
+
+    def __call__(self, bank, turns):
+        super().__call__(bank, turns)
+        return IngestReport(stored=[t.id for t in turns], flushed=not self.more_waiting(bank),
+                            instance=self.instance)
+
+
+def wait_for_spool(spool: Path, pred, timeout: float = 3.0) -> str:
+    deadline = time.monotonic() + timeout
+    while not pred(text := spool_text(spool)) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return text
+
+
+def test_turns_answered_unflushed_stay_spooled_until_the_flush(tmp_path, queues):
+    spool = tmp_path / "s"
+    sink = FlushingLater()
+    q = queues(spool, sink, batch_size=2)
+    sink.more_waiting = lambda bank: q.waiting(bank) > 0    # as the plugin asks
+    q.start()
+    q.pause("a backlog")
+    for i in range(3):
+        q.put("b", turn(i, f"backlog turn {i}"))
+    q.put("c", turn(9, "another bank's turn"))
+    q.resume()
+    assert q.flush(5)
+    assert sink.calls[0] == ("b", ["0", "1"])
+    c = q.counts()
+    assert c["done"] == 4 and c["unflushed"] == 0, c        # the last batch of each bank flushed
+    assert wait_for_spool(spool, lambda t: t == "") == ""
+
+    sink.more_waiting = lambda bank: True                        # the worker has not flushed yet
+    q.put("b", turn(5, "answered before the flush"))
+    assert q.flush(5)
+    assert q.counts()["unflushed"] == 1
+    assert "answered before the flush" in wait_for_spool(spool, lambda t: False, 0.3)
+    sink.more_waiting = lambda bank: False
+    q.put("b", turn(6, "flushed with this one"))
+    assert q.flush(5)
+    assert q.counts()["unflushed"] == 0
+    assert wait_for_spool(spool, lambda t: t == "") == "", "the flush lets both go"
+
+
+def test_a_new_worker_engine_stores_the_unflushed_turns_again_newest_version_only(tmp_path, queues):
+    spool = tmp_path / "s"
+    sink = FlushingLater(instance="engine-1")
+    q = queues(spool, sink, batch_size=1)
+    q.start()
+    q.put("b", turn(1, "first version"))
+    q.put("b", turn(2, "kept"))
+    q.put("c", turn(3, "other bank"))
+    assert q.flush(5)
+    q.put("b", turn(1, "second version"))                   # regenerated: a newer version, also held
+    assert q.flush(5)
+    assert q.counts()["unflushed"] == 4 and q.counts()["done"] == 4
+    sink.instance = "engine-2"                              # engine-1 died before its flush
+    sink.more_waiting = lambda bank: False
+    q.put("c", turn(4, "first answer of the new engine"))
+    assert q.flush(5)
+    again = sink.calls[5:]
+    assert sorted(i for _, ids in again for i in ids) == ["1", "2", "3"], sink.calls
+    assert sink.texts[("b", "1")] == "second version"
+    c = q.counts()
+    assert c["unflushed"] == 0 and c["done"] == 5, c        # each turn counted once
+    assert wait_for_spool(spool, lambda t: t == "") == ""
+
+
+def test_a_forgotten_unflushed_turn_leaves_the_spool_at_once(tmp_path, queues):
+    spool = tmp_path / "s"
+    sink = FlushingLater()
+    q = queues(spool, sink, batch_size=1)
+    q.start()
+    q.put("b", turn(1, "my secret diary entry"))
+    q.put("b", turn(2, "harmless"))
+    q.put("x", turn(3, "a cleared bank's turn"))
+    assert q.flush(5)
+    assert "secret diary" in wait_for_spool(spool, lambda t: "secret diary" in t)
+    assert q.remove("b", "1") == "absent"                   # stored: the caller forgets it in the graph
+    q.forgotten("x")                                        # the bank was cleared
+    text = wait_for_spool(spool, lambda t: "secret diary" not in t and "cleared" not in t)
+    assert "secret diary" not in text and "cleared bank" not in text and "harmless" in text
+    assert q.counts()["unflushed"] == 1
+    sink.instance = "engine-2"
+    sink.more_waiting = lambda bank: False
+    q.put("b", turn(4, "next"))
+    assert q.flush(5)
+    assert sorted(i for _, ids in sink.calls[3:] for i in ids) == ["2", "4"], "forgotten turns are not stored again"

@@ -364,6 +364,7 @@ class MemoryBrowser(QWidget):
             if err:
                 self.say(f"Could not forget: {err}")
                 return
+            self.plugin.forgotten(bank, report)
             turns = int((report or {}).get("episodes_removed", 0))
             gone = len((report or {}).get("forgotten") or [])
             if not gone and not turns:
@@ -489,6 +490,7 @@ class MemoryBrowser(QWidget):
         if isinstance(op, (ImportOp, ClearOp, ReembedOp)):
             if isinstance(op, ClearOp) and ok:
                 self.ratings.forget_bank(op.bank)
+                self.plugin.forgotten(op.bank, None)
             self.load_banks()
             if op.bank == self.bank:
                 self.changed()
