@@ -103,6 +103,33 @@ async def test_forget_shared_entity_keeps_its_summary_free_of_forgotten_text(eng
     assert "Siemens" not in user["summary"] and "Berlin" in user["summary"]
 
 
+async def test_a_forget_that_fails_part_way_changes_nothing_and_a_retry_completes_it(engine, monkeypatch):
+    """A write error at the forget's last step (the surviving entities' summaries, after the
+    facts, entities and episode are deleted) leaves the bank as it was: one transaction."""
+    from memoryplus.worker.store import StoreError, WriteStoreError
+    await engine.ingest(BANK, [turn(1, "I live in Berlin"), turn(2, "I work at Siemens", days=1)])
+    before = sorted(json.dumps(r, sort_keys=True, default=str) for r in await engine.export(BANK))
+    fact = next(r for r in await engine.search(BANK, "Siemens") if r.kind == "fact")
+    query = engine._query
+
+    async def disk_fails_at_the_summaries(bank, name, /, **params):
+        if name == "set_summary":
+            raise WriteStoreError("writing to its database failed: [Errno 5] Input/output error (test)")
+        return await query(bank, name, **params)
+    monkeypatch.setattr(engine, "_query", disk_fails_at_the_summaries)
+    with pytest.raises(StoreError):
+        await engine.forget(BANK, ids=[fact.id])
+    after = sorted(json.dumps(r, sort_keys=True, default=str) for r in await engine.export(BANK))
+    assert after == before, "a failed forget changes nothing"
+    assert "Siemens" in texts(await engine.search(BANK, "Siemens"))
+
+    monkeypatch.setattr(engine, "_query", query)
+    report = await engine.forget(BANK, ids=[fact.id])
+    assert report.sources == ["2"] and report.episodes_removed == 1
+    assert "siemens" not in json.dumps(await engine.export(BANK)).lower()
+    assert "Berlin" in texts(await engine.search(BANK, "Where do I live?"))
+
+
 async def test_forget_last_removes_the_newest_turn(engine):
     await engine.ingest(BANK, [turn(1, "I live in Berlin")])
     await engine.ingest(BANK, [turn(2, "I adopted a cat named Whiskers", days=1)])

@@ -42,6 +42,17 @@ async def main(what, data):
         E.checkpoint = no_checkpoint
         await eng.ingest("repair", turns[4:])
         os.kill(os.getpid(), signal.SIGKILL)     # the worker dies with a non-empty log
+    if what == "forget_killed":
+        await eng.ingest("repair", [Turn(id=f"t{i}", user=f"I met Zorblat{i} at the harbour") for i in range(8)])
+        from graphiti_core.nodes import EpisodicNode
+        delete = EpisodicNode.delete
+        async def deleted_then_killed(self, driver):
+            await delete(self, driver)           # its entity and now the episode are deleted
+            os.kill(os.getpid(), signal.SIGKILL)
+        EpisodicNode.delete = deleted_then_killed
+        hits = await eng.search("repair", "Zorblat0")
+        await eng.forget("repair", ids=[r.id for r in hits if r.kind == "episode" and r.sources == ["t0"]])
+        os._exit(3)                              # the forget never got to delete the episode
     await eng.stats("repair")                    # opening the bank runs the repair
     await eng.close()
 
@@ -108,6 +119,14 @@ async def test_a_worker_killed_during_its_crash_repair_leaves_a_readable_bank(
     shutil.copytree(unclean_bank, data)
     for point in kills:
         assert _child(tmp_path, "open", data, kill_at=point) == -9, f"not killed at {point}"
+    await _assert_bank_works(make_engine, data)
+
+
+async def test_a_worker_killed_in_the_middle_of_a_forget_leaves_the_turn_whole(make_engine, tmp_path):
+    """A forget is one transaction: killed after its deletes, before it commits, the turn is
+    all there after the repair, and forgetting it again works."""
+    data = tmp_path / "data"
+    assert _child(tmp_path, "forget_killed", data) == -9
     await _assert_bank_works(make_engine, data)
 
 

@@ -13,6 +13,7 @@ pending one found when a bank opens is removed with everything it wrote and redo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import logging
@@ -225,6 +226,7 @@ class Bank:
     active: int = 0
     opened_at: float = field(default_factory=time.monotonic)
     searching: int = 0          # searches under way
+    in_transaction: bool = False  # a Kuzu transaction is open: new searches wait (see _all_or_nothing)
     unflushed: int = 0          # turns written since the last checkpoint (deferred flushes)
 
     @property
@@ -701,6 +703,8 @@ class MemoryEngine:
         if not self.known(bank_name):
             raise UnknownBankError(f"unknown bank {bank_name!r} (see `memoryplus banks`)")
         bank = await self._bank(bank_name, create=False)
+        while bank.in_transaction:
+            await asyncio.sleep(0.005)
         bank.searching += 1
         try:
             return await self._run(bank, self._search(bank, query, limit, as_of))
@@ -961,12 +965,43 @@ class MemoryEngine:
                 strong.append(r)
         return strong
 
+    @contextlib.asynccontextmanager
+    async def _all_or_nothing(self, bank: Bank):
+        """Kuzu: the writes inside run as one transaction, so an error or a kill part-way leaves
+        the bank as it was. New searches wait until it ends (they would run inside it on the
+        bank's one connection, and a failing one would end it); searches under way finish first."""
+        if bank.provider != GraphProvider.KUZU or bank.in_transaction:
+            yield
+            return
+        bank.in_transaction = True
+        try:
+            deadline = time.monotonic() + READS_FIRST_S
+            while bank.searching and time.monotonic() < deadline:
+                await asyncio.sleep(0.005)
+            await bank.driver.execute_query("BEGIN TRANSACTION")
+            try:
+                yield
+            except BaseException:
+                try:
+                    await bank.driver.execute_query("ROLLBACK")
+                except Exception as exc:   # Kuzu may have rolled it back itself
+                    log.debug("bank %r: rollback: %s", bank.name, exc)
+                raise
+            await bank.driver.execute_query("COMMIT")
+        finally:
+            bank.in_transaction = False
+
     async def _remove_episodes(self, bank: Bank, ep_uuids: list[str]) -> int:
+        """Remove episodes and what only they hold, all or nothing (see _cascade)."""
+        if not ep_uuids:
+            return 0
+        async with self._all_or_nothing(bank):
+            return await self._cascade(bank, ep_uuids)
+
+    async def _cascade(self, bank: Bank, ep_uuids: list[str]) -> int:
         """graphiti's remove_episode cascade (facts only they support, entities only they
         mention), then summaries of surviving entities rebuilt from their remaining facts by
         rules, so no summary keeps forgotten text and forgetting costs no LLM call."""
-        if not ep_uuids:
-            return 0
         eps = await self._episodes(bank, ep_uuids)
         if not eps:
             return 0
