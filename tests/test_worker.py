@@ -587,3 +587,13 @@ def test_worker_recycles_when_idle_and_socket_clients_follow(data_dir, clients):
         assert cli.status()["pid"] == owner.status()["pid"]
     finally:
         cli.close()
+
+
+def test_an_idle_worker_gives_freed_memory_back(data_dir, clients):
+    """An ingest frees much of what it allocated; once idle, the worker returns those pages to
+    the system (malloc_trim), so its resident size falls instead of staying at the peak."""
+    c = clients(settings(), data_dir, mode="persistent", idle_s=0.3).start()
+    c.call("ingest", {"bank": BANK, "turns": turns(60)}, timeout=120)
+    returned = wait_for(lambda: c.call("health")["memory_returned_mb"], 30, what="memory given back")
+    print(f"\n[memory] returned after a 60-turn ingest: {returned} MB")
+    assert returned > 1
