@@ -613,6 +613,11 @@ def run_bench(mode: str = "quick", json_path: str | os.PathLike | None = None, *
                 phase_chat(window, plugin, probe, questions, z["chat_turns"], z["cache_turns"], out)
         ingestion.finish(out, growth)
         out["worker_rss_mb"] = rss_of(plugin.client)
+        # A few seconds idle: the worker's maintenance gives the heap's freed pages back.
+        deadline = time.monotonic() + 10
+        while not plugin.client.call("health").get("memory_returned_mb") and time.monotonic() < deadline:
+            time.sleep(0.5)
+        out["worker_rss_mb_idle"] = rss_of(plugin.client)
         say("search timing (persistent worker)")
         ours = phase_ours_search(plugin.client, queries, out)
         probe.close()
