@@ -490,12 +490,17 @@ class MemoryEngine:
     async def _written(self, bank: Bank) -> None:
         """Flush before answering: Kuzu 0.11.3 can crash replaying a killed worker's log, and
         what it cannot replay is lost (see store.py), so an answer must not depend on a replay
-        unless it says so (`flushed=False`, kept by the caller). A checkpoint blocks every
+        unless it says so (`flushed=False`, kept by the queue). A checkpoint blocks every
         query of the bank: searches already under way finish first."""
+        await self._searches_under_way_finish(bank)
+        await self._checkpoint(bank)
+
+    @staticmethod
+    async def _searches_under_way_finish(bank: Bank) -> None:
+        """Wait (at most READS_FIRST_S) until the bank's searches under way have finished."""
         deadline = time.monotonic() + READS_FIRST_S
         while bank.searching and time.monotonic() < deadline:
             await asyncio.sleep(0.005)
-        await self._checkpoint(bank)
 
     async def _checkpoint(self, bank: Bank) -> None:
         await checkpoint(bank.driver)
@@ -975,9 +980,7 @@ class MemoryEngine:
             return
         bank.in_transaction = True
         try:
-            deadline = time.monotonic() + READS_FIRST_S
-            while bank.searching and time.monotonic() < deadline:
-                await asyncio.sleep(0.005)
+            await self._searches_under_way_finish(bank)
             await bank.driver.execute_query("BEGIN TRANSACTION")
             try:
                 yield

@@ -26,6 +26,7 @@ engine (releasing every Kuzu lock) and exits 0.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import logging.handlers
 import os
@@ -654,6 +655,7 @@ def _return_free_memory() -> float:
     return max(0.0, before - _rss_mb())
 
 
+@functools.lru_cache(maxsize=1)     # looked up once: maintenance calls it on every idle round
 def _malloc_trim():
     try:
         import ctypes
