@@ -29,7 +29,8 @@ What it does, in order:
    behind, and quits the app.  The process exit status is the app's.
 
 ``--install-zip ZIP`` instead installs an add-on ZIP through PyGPT's own Config → Install
-Add-on… → ZIP controller (its file dialog answered with ZIP, its "restart required" message box
+Add-on… → ZIP controller (its file dialog answered with ZIP, its question whether to install the
+manifest's dependencies into extra_packages answered Yes, its "restart required" message box
 recorded instead of shown), reports the result and quits: run the driver again to use it.
 
 The report (plain JSON) holds: ``ok``/``error``/``stage``; ``timings`` (seconds since the driver
@@ -617,13 +618,21 @@ class Driver:
 
     def install_zip(self, zip_path: str):
         """Config → Install Add-on… → ZIP, through PyGPT's own controller and worker."""
+        from pygpt_net.controller import packages as pkg_mod
         from pygpt_net.controller.extensions import extensions as ctl_mod
         rep = self.report
         rep["stage"] = "installing the add-on ZIP"
         messages: list[str] = []
+        questions: list[str] = []
         ctl_mod.QFileDialog.getOpenFileName = staticmethod(lambda *a, **k: (zip_path, ""))
         ctl_mod.QMessageBox.information = staticmethod(
             lambda parent, title, text, *a, **k: messages.append(f"{title}: {text}"))
+
+        def yes(parent, title, text, *a, **k):   # "install these packages into extra_packages?"
+            questions.append(f"{title}: {text}")
+            return pkg_mod.QMessageBox.Yes
+        pkg_mod.QMessageBox.question = staticmethod(yes)
+        rep["zip_questions"] = questions
         alerts: list[str] = []
         dialogs = self.window.ui.dialogs
         original_alert = dialogs.alert
@@ -631,7 +640,8 @@ class Driver:
         ctl = self.window.controller.extensions
         rep["zip_before"] = [m.get("id") for m in self.window.core.extensions.list_installed()]
         ctl.import_zip()
-        yield from self.wait(lambda: not ctl._workers and (messages or alerts), 120, "the ZIP install")
+        yield from self.wait(lambda: not ctl._workers and (messages or alerts), self.args.install_timeout,
+                             "the ZIP install")
         dialogs.alert = original_alert
         rep["zip_messages"] = messages
         rep["zip_alerts"] = alerts
@@ -709,6 +719,8 @@ def parse_args(argv=None):
     p.add_argument("--isolate", action="store_true",
                    help="hide the pip/editable memoryplus so an add-on imports from its own directory")
     p.add_argument("--install-zip", help="install this add-on ZIP through PyGPT's controller, then quit")
+    p.add_argument("--install-timeout", type=float, default=120.0,
+                   help="seconds for the ZIP install (with its dependencies, when PyGPT must install them)")
     p.add_argument("--no-seed", action="store_true", help="use the workdir's config.json as it is")
     p.add_argument("--no-responses-api", action="store_true", help="chat completions instead of /v1/responses")
     p.add_argument("--model", default="gpt-4o")

@@ -407,14 +407,13 @@ def test_python_for_the_worker_and_a_python_that_cannot_start(data_dir, clients,
     assert WorkerClient(settings(), data_dir).python() == sys.executable
     assert WorkerClient(settings(worker_python="/opt/py/bin/python3"), data_dir).python() == "/opt/py/bin/python3"
     assert WorkerClient(settings(worker_python="/opt/py/bin/python3"), data_dir, python="/x/python").python() == "/x/python"
+    # a frozen PyGPT runs the worker through its own executable (multiprocessing's spawn child,
+    # tests/test_frozen.py); a Worker Python still wins over that
     monkeypatch.setattr(sys, "frozen", True, raising=False)
-    with pytest.raises(WorkerUnavailable, match="frozen build.*Worker Python"):
-        WorkerClient(settings(), data_dir).python()
-    frozen = clients(settings(), data_dir, mode="persistent", max_deaths=1)
-    with pytest.raises(WorkerUnavailable, match="Worker Python"):
-        frozen.submit("health").result(10)
-    assert frozen.status()["state"] == "broken"
+    assert WorkerClient(settings(), data_dir).launch() == "multiprocessing"
+    assert WorkerClient(settings(worker_python="/opt/py/bin/python3"), data_dir).launch() == "python"
     monkeypatch.setattr(sys, "frozen", False)
+    assert WorkerClient(settings(), data_dir).launch() == "python"
 
     bad = clients(settings(), data_dir, mode="persistent", python="/nonexistent/python3", max_deaths=2)
     with pytest.raises(WorkerUnavailable, match="cannot start the worker with '/nonexistent/python3'"):

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from memoryplus.config.schema import SECRET_OPTIONS, Settings
+from memoryplus.worker import frozen
 from memoryplus.worker import protocol as P
 from memoryplus.worker import redact
 from memoryplus.worker.records import Credentials
@@ -62,6 +63,9 @@ _ENV_KEEP = (
     "VIRTUAL_ENV", "PYTHONPATH", "LD_LIBRARY_PATH", "DYLD_LIBRARY_PATH", "HF_HOME",
     P.TEST_HOOKS_ENV,
 )
+# A frozen (PyInstaller) PyGPT's own bookkeeping, which its children need: with them a one-file
+# build's child reuses the unpacked bundle instead of unpacking it again.
+_FROZEN_ENV_PREFIXES = ("_PYI_", "_MEIPASS")
 
 
 class WorkerError(RuntimeError):
@@ -204,6 +208,21 @@ def _package_root() -> str | None:
     return str(pkg.parent) if pkg.name == "memoryplus" else None
 
 
+def _import_path() -> list[str]:
+    """The import path for a worker run by this process's own interpreter: the add-on's parent,
+    then this process's sys.path as it is now. PyGPT appends its extra_packages folder there at
+    start (RuntimePackages.activate), and that is where its add-on installer puts manifest.json's
+    dependencies (graphiti-core, kuzu): the worker must see them as PyGPT does."""
+    out: list[str] = []
+    for entry in [_package_root() or "", *sys.path]:
+        if not entry:
+            continue   # '' is this process's working directory, not the worker's
+        entry = os.path.abspath(entry)
+        if entry not in out and os.path.exists(entry):
+            out.append(entry)
+    return out
+
+
 class WorkerClient:
     """Reach the engine in a worker process; see the module docstring for the modes.
 
@@ -219,13 +238,14 @@ class WorkerClient:
                  start_timeout_s: float = 90.0, heartbeat_s: float = 5.0, hang_timeout_s: float = 90.0,
                  reconnect_s: float = 15.0, recycle_after_ops: int = 5000, recycle_rss_mb: int = 2048,
                  idle_s: float = 2.0, shutdown_grace_s: float = 10.0, percall_workers: int = 4,
-                 test_hooks: dict[str, Any] | None = None):
+                 test_hooks: dict[str, Any] | None = None, launch: Literal["python", "multiprocessing"] | None = None):
         self.settings = settings
         self.credentials = credentials or Credentials()
         self.data_dir = Path(data_dir).expanduser().resolve()
         self.app = app
         self._mode_arg = mode
         self._python_arg = python
+        self._launch_arg = launch
         self.max_deaths, self.death_window_s = max_deaths, death_window_s
         self.backoff_s, self.backoff_max_s = backoff_s, backoff_max_s
         self.retry_persistent_s = retry_persistent_s
@@ -278,27 +298,37 @@ class WorkerClient:
 
     def python(self) -> str:
         """The interpreter for worker processes: the `python` argument, the Worker Python
-        setting, or the interpreter this process runs under (not for a frozen build)."""
+        setting, or the interpreter this process runs under (in a frozen build: its own
+        executable, started through multiprocessing; see worker/frozen.py)."""
         if self._python_arg:
             return self._python_arg
         if self.settings.worker_python.strip():
             return os.path.expanduser(self.settings.worker_python.strip())
-        if getattr(sys, "frozen", False):
-            raise WorkerUnavailable(
-                "PyGPT is a frozen build, so its own executable cannot run the MemoryPlus worker: "
-                "set Worker Python (Plugins → Settings → MemoryPlus → Advanced) to a Python "
-                "interpreter with memoryplus installed")
         return sys.executable
 
+    def _own_interpreter(self) -> bool:
+        """The worker runs under this process's interpreter (no Worker Python override)."""
+        return not self._python_arg and not self.settings.worker_python.strip()
+
+    def launch(self) -> str:
+        """How worker processes start: "multiprocessing" (this process's executable as a
+        multiprocessing spawn child: a frozen PyGPT) or "python" (`python -m`)."""
+        if self._launch_arg:
+            return self._launch_arg
+        return "multiprocessing" if self._own_interpreter() and getattr(sys, "frozen", False) else "python"
+
     def _child_env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if k in _ENV_KEEP or k.startswith("LC_")}
+        env = {k: v for k, v in os.environ.items()
+               if k in _ENV_KEEP or k.startswith("LC_") or k.startswith(_FROZEN_ENV_PREFIXES)}
         env["GRAPHITI_TELEMETRY_ENABLED"] = "false"
         env["PYTHONUNBUFFERED"] = "1"
         env["PYTHONIOENCODING"] = "utf-8"
         env["HF_HUB_OFFLINE"] = "1"
-        root = _package_root()
-        if root:
-            env["PYTHONPATH"] = os.pathsep.join(x for x in (root, env.get("PYTHONPATH", "")) if x)
+        # Our own interpreter gets our whole import path (PyGPT's extra_packages included); a
+        # Worker Python is another environment: only the add-on's parent is added to its own.
+        paths = _import_path() if self._own_interpreter() else [x for x in [_package_root()] if x]
+        if paths:
+            env["PYTHONPATH"] = os.pathsep.join([*paths, *[x for x in [env.get("PYTHONPATH", "")] if x]])
         return env
 
     def _config_line(self, role: str) -> bytes:
@@ -313,13 +343,13 @@ class WorkerClient:
             os.chmod(self.data_dir, 0o700)
         except OSError:
             pass
-        kwargs: dict[str, Any] = {}
+        kwargs: dict[str, Any] = dict(stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      cwd=str(self.data_dir), env=self._child_env(), close_fds=True)
         if os.name == "nt":
             kwargs["creationflags"] = getattr(subprocess, "CREATE_NO_WINDOW", 0)
-        return subprocess.Popen(
-            [self.python(), "-m", "memoryplus.worker.process"], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=str(self.data_dir),
-            env=self._child_env(), close_fds=True, **kwargs)
+        if self.launch() == "multiprocessing":
+            return frozen.start_worker(self.data_dir, _import_path(), **kwargs)
+        return subprocess.Popen([self.python(), "-m", "memoryplus.worker.process"], **kwargs)
 
     # ── public API ─────────────────────────────────────────────────────────────────────
     def start(self) -> "WorkerClient":
@@ -430,6 +460,7 @@ class WorkerClient:
         except WorkerUnavailable:
             py = None
         out["python"] = py
+        out["launch"] = self.launch()
         if pid:
             try:
                 import psutil
