@@ -111,14 +111,17 @@ class AppRun:
                 f"--- stdout (tail)\n{self.stdout[-n:]}\n--- stderr (tail)\n{self.stderr[-n:]}")
 
 
-def run_app(tmp_path: Path, name: str, workdir: Path, *args: str, timeout: float = RUN_TIMEOUT_S) -> AppRun:
+def run_app(tmp_path: Path, name: str, workdir: Path, *args: str, timeout: float = RUN_TIMEOUT_S,
+            python: str | os.PathLike = sys.executable) -> AppRun:
     report_path = tmp_path / f"{name}.report.json"
     home = tmp_path / "home"
     (home / ".config" / "pygpt-net").mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
     env.update(offline_env(workdir, home=home))
     env["GRAPHITI_TELEMETRY_ENABLED"] = "false"
-    cmd = [sys.executable, str(DRIVER), "--workdir", str(workdir), "--report", str(report_path),
+    if python != sys.executable:
+        env.pop("PYTHONPATH", None)     # another environment: nothing of ours on its path
+    cmd = [str(python), str(DRIVER), "--workdir", str(workdir), "--report", str(report_path),
            "--budget", str(max(20, timeout - STARTUP_MARGIN_S)), *args]
     started = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
@@ -274,3 +277,56 @@ def test_zip_route_through_pygpts_installer(tmp_path, llm):
     assert "[Add-ons] Loaded plugin: memoryplus" in run.stdout, run.tail()
     assert str(run.report.get("plugin_file", "")).startswith(str(addon)), run.report.get("plugin_file")
     assert_recall(run, llm)
+
+
+# ── a PyGPT that has never seen graphiti-core ─────────────────────────────────────────────
+def uv_cache() -> Path:
+    """uv's download cache for PyGPT's add-on installer, kept across tests (and runs): PyGPT
+    points uv at <workdir>/extra_packages/.cache, which the test links here."""
+    path = Path(os.environ.get("MEMORYPLUS_TEST_UV_CACHE") or Path.home() / ".cache" / "memoryplus-tests" / "uv")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def test_addon_zip_into_a_pygpt_without_graphiti_stores_and_recalls(tmp_path, llm):
+    """The add-on route as a PyGPT user takes it: PyGPT's environment has PyGPT's dependencies
+    only; Install Add-on… → ZIP (the README's ZIP) makes PyGPT's installer put graphiti-core,
+    kuzu and neo4j into its extra_packages folder; after a restart the worker must import them
+    from there, store the first turn and recall it in the second."""
+    from memoryplus.testing.hostenv import make_pygpt_env
+    started = time.monotonic()
+    python = make_pygpt_env(tmp_path / "pygpt-env")
+    probe = subprocess.run([str(python), "-c", "import importlib.util as u; print([m for m in ('pygpt_net', "
+                            "'graphiti_core', 'kuzu', 'neo4j', 'memoryplus') if u.find_spec(m)])"],
+                           capture_output=True, text=True, cwd=str(tmp_path), env={"PATH": os.environ["PATH"]})
+    assert probe.stdout.strip() == "['pygpt_net']", (probe.stdout, probe.stderr)
+    archive = tmp_path / "memoryplus-addon.zip"
+    subprocess.run([sys.executable, str(REPO / "scripts" / "make_addon_zip.py"), "--out", str(archive)],
+                   check=True, capture_output=True)
+    workdir = tmp_path / "pygpt"
+    extra = workdir / "extra_packages"
+    extra.mkdir(parents=True)
+    (extra / ".cache").symlink_to(uv_cache(), target_is_directory=True)
+
+    install = run_app(tmp_path, "zip-install-deps", workdir, "--install-zip", str(archive),
+                      "--install-timeout", "480", timeout=540, python=python)
+    install_s = time.monotonic() - started
+    assert install.rc == 0, install.tail()
+    assert install.report.get("ok"), (install.report.get("zip_questions"), install.report.get("zip_messages"),
+                                      install.report.get("zip_alerts"), install.tail())
+    assert any("graphiti-core" in q for q in install.report["zip_questions"]), install.report["zip_questions"]
+    site = extra / f"{sys.version_info.major}.{sys.version_info.minor}"
+    assert (site / "graphiti_core").is_dir() and (site / "kuzu").is_dir(), sorted(p.name for p in site.iterdir())
+
+    run = run_app(tmp_path, "zip-deps-run", workdir, "--route", "addon", "--base-url", llm.base_url,
+                  "--message", FIRST, "--message", SECOND, timeout=120, python=python)
+    assert "[Add-ons] Loaded plugin: memoryplus" in run.stdout, run.tail()
+    addon = workdir / "addons" / "plugins" / "memoryplus"
+    assert str(run.report.get("plugin_file", "")).startswith(str(addon)), run.report.get("plugin_file")
+    assert_recall(run, llm)
+    workers = run.report.get("workers_at_start") or []
+    assert workers and all(str(site) in (w.get("pythonpath") or "") for w in workers), workers
+    print(f"\nADD-ON (PyGPT without graphiti): environment + ZIP + install {install_s:.1f}s, "
+          f"app run {run.seconds:.1f}s, worker ready at {run.report['timings'].get('worker_ready')}s "
+          f"(startup {run.report.get('worker_status_at_start', {}).get('startup_s')}s), "
+          f"whole test {time.monotonic() - started:.1f}s")
