@@ -59,28 +59,48 @@ def _top_level_entries(dist: md.Distribution) -> set[str]:
     return out
 
 
-def make_pygpt_env(dest: str | os.PathLike, root: str = ROOT_DISTRIBUTION) -> Path:
-    """Create the environment at `dest`; returns its python executable."""
+def link_distributions(site: str | os.PathLike, names: set[str]) -> None:
+    """Symlink into `site` what the installed distributions `names` (canonical names) of this
+    process's site-packages occupy there."""
+    site = Path(site)
+    site.mkdir(parents=True, exist_ok=True)
+    here = Path(sysconfig.get_paths()["purelib"]).resolve()
+    for dist in md.distributions():
+        name = dist.metadata["Name"]
+        if not name or canonicalize_name(name) not in names:
+            continue
+        located = Path(dist.locate_file(""))
+        if located.resolve() != here:
+            continue
+        for entry in _top_level_entries(dist):
+            src = located / entry
+            if src.exists() and not (site / entry).exists():
+                (site / entry).symlink_to(src, target_is_directory=src.is_dir())
+
+
+def installed_distributions() -> set[str]:
+    return {canonicalize_name(d.metadata["Name"]) for d in md.distributions() if d.metadata["Name"]}
+
+
+def make_env(dest: str | os.PathLike, root: str, tools: tuple[str, ...] = ()) -> Path:
+    """A venv at `dest` (of this process's base interpreter) holding the installed
+    distribution `root` and its requirement closure only, and the console scripts `tools` of
+    this environment; returns its python executable."""
     dest = Path(dest)
     base = getattr(sys, "_base_executable", None) or sys.executable
     subprocess.run([base, "-m", "venv", "--without-pip", str(dest)], check=True)
     python = dest / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
-    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                               check=True, capture_output=True, text=True).stdout.strip())
-    here = Path(sysconfig.get_paths()["purelib"])
-    wanted = requirement_closure(root)
-    for dist in md.distributions():
-        name = dist.metadata["Name"]
-        if not name or canonicalize_name(name) not in wanted:
-            continue
-        located = Path(dist.locate_file(""))
-        for entry in _top_level_entries(dist):
-            src = located / entry
-            if src.exists() and located.resolve() == here.resolve() and not (site / entry).exists():
-                (site / entry).symlink_to(src, target_is_directory=src.is_dir())
-    # console scripts PyGPT itself looks up next to its interpreter (uv, for the add-on installer)
-    for tool in ("uv",):
+    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          check=True, capture_output=True, text=True).stdout.strip()
+    link_distributions(site, requirement_closure(root))
+    for tool in tools:
         src = Path(sys.executable).parent / tool
         if src.exists() and not (python.parent / tool).exists():
             (python.parent / tool).symlink_to(src)
     return python
+
+
+def make_pygpt_env(dest: str | os.PathLike) -> Path:
+    """PyGPT's environment: pygpt-net and its dependencies, and uv (which PyGPT's add-on
+    installer looks up next to its interpreter)."""
+    return make_env(dest, ROOT_DISTRIBUTION, tools=("uv",))
