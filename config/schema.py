@@ -254,8 +254,9 @@ class Options:
         "Pause ingestion (turns stay queued on disk) once this many LLM calls were made in the "
         "last hour. 0: no limit."))
     worker_python: str = opt("", tab="advanced", label="Worker Python", issue=3, description=(
-        "Python interpreter for the worker process. Empty: the one PyGPT runs under (set this "
-        "when PyGPT is a frozen build)."))
+        "Python interpreter for the worker process. Empty: the one PyGPT runs under, with "
+        "PyGPT's import path (its add-on packages included); in a frozen PyGPT, PyGPT's own "
+        "executable. Set: that interpreter, which must have graphiti-core and kuzu itself."))
 
 
 @dataclass(frozen=True)
