@@ -409,6 +409,20 @@ def phase_percall(settings: dict, banks_dir: Path, query: str, n: int, out: dict
     out["percall_search_ms_p50"] = statistics.median(ms)
 
 
+def phase_worker_start(settings: dict, data_dir: Path, out: dict) -> None:
+    """How long a persistent worker takes to be ready, by each way of starting it: `python -m`
+    and multiprocessing's spawn protocol (what a frozen PyGPT uses, here with this Python)."""
+    from memoryplus.config.schema import Settings
+    from memoryplus.worker.client import WorkerClient
+    for launch in ("python", "multiprocessing"):
+        client = WorkerClient(Settings(**settings), data_dir / launch, mode="persistent", app="bench", launch=launch)
+        try:
+            client.call("health", timeout=120)
+            out[f"worker_ready_s_{launch}"] = client.status()["startup_s"]
+        finally:
+            client.close(timeout=30)
+
+
 def phase_graphiti_search(settings: dict, banks_dir: Path, queries: list[str], out: dict) -> None:
     """graphiti's `search_` in this process, with the configuration and filter our engine
     hands it, on the same bank, same queries."""
@@ -626,6 +640,8 @@ def run_bench(mode: str = "quick", json_path: str | os.PathLike | None = None, *
         say("search timing (per-call worker)")
         phase_percall(settings, banks_dir, queries[0], z["percall_searches"], out)
         out["persistent_vs_subprocess_speedup"] = out["percall_search_ms_p50"] / statistics.median(ours)
+        say("worker start (python -m, multiprocessing spawn)")
+        phase_worker_start(settings, workdir / "worker-start", out)
         say("graphiti search_ in-process")
         theirs = phase_graphiti_search(settings, banks_dir, queries, out)
         # a second round of each, alternating: on a shared machine, load drifts between phases
