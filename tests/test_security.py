@@ -17,12 +17,16 @@ PASSWORD = "neo4j-Pa55word-zz9"
 pytestmark = pytest.mark.filterwarnings("ignore:coroutine 'Neo4jDriver._execute_index_query':RuntimeWarning")
 
 
-def test_secrets_never_on_the_worker_command_line_or_environment(tmp_path):
+@pytest.mark.parametrize("launch", ["python", "multiprocessing"])
+def test_secrets_never_on_the_worker_command_line_or_environment(tmp_path, monkeypatch, launch):
+    """Both ways of starting the worker (`python -m`; the multiprocessing spawn child a frozen
+    PyGPT uses, tests/test_frozen.py): not even a key in PyGPT's own environment gets through."""
     from memoryplus.worker.client import WorkerClient
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
     settings = Settings(extraction_engine="local", embedding_provider="local", override_api_key=KEY,
                         neo4j_password=PASSWORD)
     client = WorkerClient(settings, tmp_path / "data", Credentials(openai_api_key=KEY), mode="persistent",
-                          app="test").start()
+                          app="test", launch=launch).start()
     try:
         end = time.monotonic() + 60
         while not client.status().get("pid") and time.monotonic() < end:
@@ -33,6 +37,7 @@ def test_secrets_never_on_the_worker_command_line_or_environment(tmp_path):
         environ = open(f"/proc/{pid}/environ", "rb").read()
         for secret in (KEY, PASSWORD):
             assert secret.encode() not in cmdline and secret.encode() not in environ
+        assert os.path.realpath(f"/proc/{pid}/cwd") == str((tmp_path / "data").resolve())
         client.call("health", {}, timeout=60)
         assert KEY not in str(client.status()) and PASSWORD not in str(client.status())
         mode = stat.S_IMODE(os.stat(tmp_path / "data").st_mode)
