@@ -14,8 +14,9 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
            fonts-noto-color-emoji; do
     dpkg -s "$p" >/dev/null 2>&1 || need="$need $p"
   done
-  # PyInstaller (tests/test_frozen.py) needs the shared libpython, which Debian's own Python
-  # ships in a package of its own.
+  # PyInstaller (tests/test_frozen.py) needs objdump (binutils) and the shared libpython, which
+  # Debian's own Python ships in a package of its own.
+  dpkg -s binutils >/dev/null 2>&1 || need="$need binutils"
   if [ "$("$PYTHON" -c 'import sys; print(sys.base_prefix)')" = /usr ]; then
     lib="libpython$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
     dpkg -s "$lib" >/dev/null 2>&1 || need="$need $lib"
