@@ -22,7 +22,10 @@ Engine modes (the "Engine Mode" setting):
 
 In every mode, a worker another process already runs for the same data directory (found
 through `worker.json`) is reached through its Unix socket instead of starting a second one.
-Secrets travel on the worker's stdin only, never in its argv or environment.
+Secrets travel on the worker's stdin only, never in its argv or environment. A worker run by
+this process's own interpreter gets this process's whole import path (PyGPT's extra_packages
+folder included); in a frozen PyGPT it is PyGPT's own executable started as a multiprocessing
+spawn child (worker/frozen.py), with the same pipes, protocol, environment and working directory.
 """
 from __future__ import annotations
 
