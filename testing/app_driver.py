@@ -158,6 +158,10 @@ def hide_installed_memoryplus() -> list[str]:
         if "__editable__" in mod and "memoryplus" in mod:
             sys.path_hooks.remove(hook)
             removed.append(f"path_hook:{mod}")
+    for entry in list(sys.path):   # a PYTHONPATH pointing at a checkout's parent (development)
+        if entry and os.path.isfile(os.path.join(entry, "memoryplus", "__init__.py")):
+            sys.path.remove(entry)
+            removed.append(f"sys.path:{entry}")
     sys.path_importer_cache.clear()
     for name in [m for m in sys.modules if m == "memoryplus" or m.startswith("memoryplus.")]:
         del sys.modules[name]
