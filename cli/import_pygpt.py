@@ -21,6 +21,7 @@ from collections import OrderedDict
 from datetime import datetime, timezone
 from pathlib import Path
 
+from memoryplus.worker.isodates import parse_iso
 from memoryplus.worker.records import Turn, as_utc
 
 # Measured with the scripted LLM (tests/test_import_pygpt.py::test_llm_estimate_prompt_and_yes,
@@ -145,7 +146,7 @@ async def run_import(args) -> int:
     since = None
     if args.since:
         try:
-            since = datetime.fromisoformat(args.since)
+            since = parse_iso(args.since)
         except ValueError:
             raise CliError(f"--since: not an ISO date: {args.since!r} (e.g. 2025-01-31)") from None
     if args.batch is not None and args.batch < 1:

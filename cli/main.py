@@ -13,13 +13,13 @@ import re
 import logging
 import os
 import sys
-from datetime import datetime
 from pathlib import Path
 
 os.environ.setdefault("GRAPHITI_TELEMETRY_ENABLED", "false")
 
 from memoryplus.config.paths import data_dir, default_data_dir, load_settings  # noqa: E402
 from memoryplus.config.schema import MEMORY_MODES, SettingsError, validate  # noqa: E402
+from memoryplus.worker.isodates import parse_iso  # noqa: E402
 from memoryplus.worker.records import Turn  # noqa: E402
 
 
@@ -155,7 +155,7 @@ def _read_turns(path: str) -> list[Turn]:
                 raise ValueError("not a JSON object")
             user, assistant = str(rec.get("user", "")), str(rec.get("assistant", ""))
             when = rec.get("time")
-            when = datetime.fromisoformat(when) if when else None
+            when = parse_iso(when) if when else None
             ident = rec.get("id") or hashlib.sha256(
                 json.dumps([rec.get("time") or "", user, assistant]).encode("utf-8", "surrogatepass")
             ).hexdigest()[:24]
@@ -259,7 +259,10 @@ async def _dispatch(engine, args) -> int:
         print("remembered" if rep.stored else "already remembered")
         return 0
     if cmd == "search":
-        as_of = datetime.fromisoformat(args.as_of) if args.as_of else None
+        try:
+            as_of = parse_iso(args.as_of) if args.as_of else None
+        except ValueError:
+            raise CliError(f"--as-of: not an ISO date: {args.as_of!r} (e.g. 2025-01-31T10:30Z)") from None
         if args.queries:
             try:
                 queries = Path(args.queries).read_text(encoding="utf-8").splitlines()

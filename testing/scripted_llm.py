@@ -50,6 +50,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
 
+from memoryplus.worker.isodates import parse_iso
+
 __all__ = [
     'DEFAULT_EMBEDDING_DIM',
     'FAULT_KINDS',
@@ -371,7 +373,7 @@ def _parse_time(text: str | None) -> datetime | None:
     if not m:
         return None
     try:
-        return datetime.fromisoformat(m.group().replace('Z', '+00:00'))
+        return parse_iso(m.group())
     except ValueError:
         return None
 

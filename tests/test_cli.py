@@ -130,3 +130,25 @@ def test_the_command_follows_the_mirrored_settings(tmp_path, monkeypatch):
     assert proc.returncode == 0, proc.stderr
     assert list(storage.glob("kuzu/*/graph.kuzu")), "the bank lives under Kuzu Storage Path"
     assert not list((workdir / "memoryplus").glob("kuzu"))
+
+
+def test_times_in_any_iso_form_are_read_alike_on_every_python(tmp_path, monkeypatch):
+    """A trailing `Z`, basic forms and week dates (which 3.10's fromisoformat refuses; PyGPT's
+    AppImage runs 3.10) are read as 3.11 reads them: `Z` is UTC whatever the local zone."""
+    monkeypatch.setenv("TZ", "Asia/Kolkata")
+    f = tmp_path / "turns.jsonl"
+    f.write_text("\n".join(json.dumps(x) for x in [
+        {"id": "a", "user": "I live in Berlin now.", "assistant": "Nice.", "time": "2025-02-01T10:00:00Z"},
+        {"id": "b", "user": "I live in Oslo now.", "assistant": "Nice.", "time": "20250401T1000Z"},
+    ]))
+    assert "2 stored" in run(tmp_path, "ingest", "--bank", "d", str(f)).stdout
+    past = json.loads(run(tmp_path, "search", "--bank", "d", "--json", "--as-of", "2025-W09-1T00:00Z",
+                          "where do I live").stdout)
+    facts = [r for r in past if r["kind"] == "fact"]
+    assert any("Berlin" in r["text"] and r["sources"] == ["a"] for r in facts), facts
+    assert not any("Oslo" in r["text"] for r in facts), facts
+    berlin = next(r for r in facts if "Berlin" in r["text"])
+    assert berlin["valid_at"].startswith("2025-02-01T10:00:00"), berlin["valid_at"]
+    proc = run(tmp_path, "search", "--bank", "d", "--as-of", "31/01/2025", "where", check=False)
+    assert proc.returncode == 1 and "--as-of: not an ISO date: '31/01/2025'" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1

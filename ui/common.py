@@ -21,6 +21,8 @@ from PySide6.QtCore import QObject, Qt, Signal, Slot
 from PySide6.QtGui import QPainter
 from PySide6.QtWidgets import QLabel, QSizePolicy, QSplitter, QWidget
 
+from memoryplus.worker.isodates import parse_iso
+
 log = logging.getLogger("memoryplus.ui")
 
 READ_TIMEOUT_S = 60.0
@@ -134,7 +136,7 @@ def parse_time(value: Any) -> datetime | None:
         dt = value
     else:
         try:
-            dt = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+            dt = parse_iso(str(value))
         except ValueError:
             return None
     if dt.tzinfo is None:

@@ -46,6 +46,7 @@ from memoryplus.config.schema import Settings
 from memoryplus.worker import insights as insight_rules
 from memoryplus.worker import llm_savings, local_extract, redact
 from memoryplus.worker.banks import BankDirectory, BankManifest, check_name, episode_uuid, slug
+from memoryplus.worker.isodates import parse_iso
 from memoryplus.worker.modes import ModeSpec, mode_spec
 from memoryplus.worker.providers import (
     EmbedderChoice, LLMUsage, OverlapReranker, ProviderError, build_embedder, build_llm,
@@ -97,7 +98,7 @@ def _ts(value: Any) -> datetime | None:
     if value is None:
         return None
     if isinstance(value, str):
-        value = datetime.fromisoformat(value)
+        value = parse_iso(value)
     if hasattr(value, "to_native"):  # neo4j DateTime
         value = value.to_native()
     if value.tzinfo is None:
