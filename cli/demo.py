@@ -9,6 +9,8 @@ against text the demo printed. Exit status 0 only if every check held.
 """
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import re
@@ -52,10 +54,12 @@ class Demo:
         from memoryplus.plugin.plugin import Plugin
         from memoryplus.testing.pygpt_host import HostWindow
         self.out = out
-        self.window = HostWindow(workdir)
-        self.window.core.config.data.setdefault("plugins", {})["memoryplus"] = dict(SETTINGS)
-        self.plugin = self.window.register(Plugin())
-        self.plugin._ensure_started()
+        # PyGPT's Config prints "FORCE using workdir: ..." each time it reads PYGPT_WORKDIR
+        with contextlib.redirect_stdout(io.StringIO()):
+            self.window = HostWindow(workdir)
+            self.window.core.config.data.setdefault("plugins", {})["memoryplus"] = dict(SETTINGS)
+            self.plugin = self.window.register(Plugin())
+            self.plugin._ensure_started()
         self.ctx_id = 0
 
     def call(self, op: str, **params):

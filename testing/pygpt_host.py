@@ -58,6 +58,9 @@ class HostWindow:
         from PySide6.QtCore import QThreadPool
         from PySide6.QtWidgets import QApplication
         self.app = QApplication.instance() or QApplication([])
+        # PyGPT's icons, registered as its app.py does: pygpt_net.ui builds QIcons from them at
+        # import ("qt.svg: Cannot open file ':/icons/...'" on stderr otherwise)
+        import pygpt_net.icons_rc  # noqa: F401
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         os.environ["PYGPT_WORKDIR"] = str(self.workdir)

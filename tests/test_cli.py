@@ -114,6 +114,10 @@ def test_demo_passes_every_check():
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "checks passed" in proc.stdout and "FAIL" not in proc.stdout
     assert "\033[" not in proc.stdout, "plain output when piped"
+    assert "qt.svg" not in proc.stderr and "Cannot open file" not in proc.stderr, proc.stderr[:300]
+    assert "FORCE using workdir" not in proc.stdout
+    assert "MemoryPlus: Remembered: My passport expires in March 2027." in proc.stdout, \
+        "the command's reply, from the chat"
 
 
 @pytest.mark.option("kuzu_storage_path")
