@@ -210,7 +210,7 @@ def _read_turns(path: str) -> list[Turn]:
         except (ValueError, TypeError) as exc:
             problems.append(f"line {i}: {str(exc).splitlines()[0][:120]}")
     if problems:
-        raise CliError(f"{path}: {len(problems)} bad line(s), nothing stored: " + "; ".join(problems[:5]))
+        raise CliError(f"{path}: {plural(len(problems), 'bad line')}, nothing stored: " + "; ".join(problems[:5]))
     return turns
 
 
@@ -353,7 +353,7 @@ async def _dispatch(engine, args) -> int:
                 except ValueError:
                     problems.append(f"line {i}: not JSON (cut short or garbled)")
         if not records and problems:
-            raise CliError(f"{args.file}: not a MemoryPlus export: {len(problems)} bad line(s), "
+            raise CliError(f"{args.file}: not a MemoryPlus export: {plural(len(problems), 'bad line')}, "
                            f"nothing imported: " + "; ".join(problems[:5]))
         out = await engine.import_(args.bank, records)
         # the engine numbers the records it was given; report the file's own line numbers
@@ -361,7 +361,7 @@ async def _dispatch(engine, args) -> int:
         problems.sort(key=lambda p: int(m.group(1)) if (m := _LINE.match(p)) else 0)
         print(f"imported {out['episodes']} episodes, {out['entities']} entities, {out['facts']} facts")
         if problems:
-            print(f"memoryplus: {len(problems)} bad line(s) skipped, the other lines imported: "
+            print(f"memoryplus: {plural(len(problems), 'bad line')} skipped, the other lines imported: "
                   + "; ".join(problems[:5]), file=sys.stderr)
             return 1
         return 0

@@ -751,7 +751,7 @@ class Plugin(BasePlugin):
         if counts.get("skipped"):
             parts.append(f"{counts['skipped']} skipped by memory mode")
         if counts.get("corrupt_lines"):
-            parts.append(f"{counts['corrupt_lines']} corrupt spool line(s) set aside")
+            parts.append(f"{plural(counts['corrupt_lines'], 'corrupt spool line')} set aside")
         if counts.get("paused_reason"):
             parts.append(str(counts["paused_reason"]))
         parts.append(f"worker {st.get('state', 'starting')}")

@@ -95,7 +95,7 @@ def test_import_banks_dates_idempotence(pygpt, tmp_path):
     data = tmp_path / "data"
     dry = run(data, "--extraction", "local", "import-pygpt", "--workdir", str(workdir), "--dry-run")
     assert "coder\t3 turns" in dry.stdout and "travel\t2 turns" in dry.stdout
-    assert "default\t1 turns" in dry.stdout and "6 turns in 3 bank(s)" in dry.stdout
+    assert "default\t1 turn would" in dry.stdout and "6 turns in 3 banks" in dry.stdout
     assert not (data / "kuzu").exists() or banks(data) == {}          # a dry run stores nothing
 
     out = run(data, "--extraction", "local", "import-pygpt", "--workdir", str(workdir), "--batch", "2")
