@@ -77,6 +77,13 @@ def _snapshot(ctx) -> Any:
                                                              preset=getattr(meta, "preset", None)))
 
 
+def _why(exc: BaseException) -> str:
+    """An error, for a chat reply: one line, secrets redacted."""
+    from memoryplus.worker.redact import redact
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return shorten(redact(text), 300)
+
+
 class Plugin(BasePlugin):
     notify = Signal(str)           # text for the user, shown on the GUI thread
     replied = Signal(str, str)     # (the command typed, our reply): shown in the chat, GUI thread
@@ -590,7 +597,7 @@ class Plugin(BasePlugin):
                 fut = self.client.submit("forget", {"bank": bank, "text": text, "confirm": False},
                                          timeout=COMMAND_TIMEOUT_S)
             except Exception as exc:
-                say(f"Could not search the memories to forget: {exc}")
+                say(f"Could not search the memories to forget: {_why(exc)}")
                 return
             fut.add_done_callback(lambda f: self._offer(bank, text, f, say))
         threading.Thread(target=search_then_offer, daemon=True, name="memoryplus-forget").start()
@@ -607,13 +614,13 @@ class Plugin(BasePlugin):
             say(f"Forgot the last turn: {shorten(turn.user, REPLY_TEXT)}" if gone
                 else "That turn was not stored, so there was nothing to forget.")
         except Exception as exc:
-            say(f"Could not forget the last turn: {exc}")
+            say(f"Could not forget the last turn: {_why(exc)}")
 
     def _offer(self, bank: str, text: str, future, say) -> None:
         try:
             report = future.result()
         except Exception as exc:
-            say(f"Could not search the memories to forget: {exc}")
+            say(f"Could not search the memories to forget: {_why(exc)}")
             return
         from memoryplus.worker.records import SearchResult
         matches = [SearchResult.model_validate(m) for m in report.get("matches", [])]
@@ -655,7 +662,7 @@ class Plugin(BasePlugin):
                 self.cache.invalidate(bank)
             say(message)
         except Exception as exc:
-            say(f"MemoryPlus could not do that: {exc}")
+            say(f"MemoryPlus could not do that: {_why(exc)}")
 
     def forgotten(self, bank: str, report) -> None:
         """After the worker forgot turns (a ForgetReport's `sources`; None for a cleared bank):
