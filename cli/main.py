@@ -40,6 +40,17 @@ TIME_FORMS = ("an ISO-8601 date or time (2025-01-31, 2025-01-31T14:00, 2025-01-3
               "or now, yesterday, last week/month/year, N days/weeks/months ago")
 
 
+def count_arg(value: str) -> int:
+    """A number of turns, results or queries: a whole number of at least 1 (else status 2)."""
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {value!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {n}")
+    return n
+
+
 def time_arg(value: str) -> str:
     """--as-of and --since: checked here, where a bad value is a usage error (status 2). The
     relative forms become an ISO time in UTC; an ISO value is passed on as written."""
@@ -81,7 +92,7 @@ def _parser() -> argparse.ArgumentParser:
     c = sub.add_parser("ingest", help="store chat turns from a JSON-lines file")
     c.add_argument("--bank", required=True, help=bank_help)
     c.add_argument("file", help='one turn per line: {"id", "user", "assistant", "time"}')
-    c.add_argument("--batch", type=int, default=0, help="turns per batch (default: Batch Size)")
+    c.add_argument("--batch", type=count_arg, default=0, help="turns per batch (default: Batch Size)")
 
     c = sub.add_parser("remember", help="store a text as an explicit memory")
     c.add_argument("--bank", required=True, help=bank_help)
@@ -89,7 +100,7 @@ def _parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("search", help="search a bank")
     c.add_argument("--bank", required=True, help=bank_help)
-    c.add_argument("--limit", type=int, default=10, help="at most this many results (default: 10)")
+    c.add_argument("--limit", type=count_arg, default=10, help="at most this many results (default: 10)")
     c.add_argument("--as-of", type=time_arg, metavar="TIME",
                    help=f"facts valid at this time: {TIME_FORMS}")
     c.add_argument("--json", action="store_true", help=json_help + " (one list of results)")
@@ -132,7 +143,7 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("demo", help="a scripted conversation showing memory at work (offline)")
     c = sub.add_parser("chaos", help="the real plugin, worker and Kuzu under injected faults; "
                                      "checks nothing is lost, duplicated or leaked")
-    c.add_argument("--turns", type=int, default=200, help="chat turns to send (default: 200)")
+    c.add_argument("--turns", type=count_arg, default=200, help="chat turns to send (default: 200)")
     c.add_argument("--seed", type=int, default=1, help="seed of the fault schedule (default: 1)")
     c.add_argument("--json", dest="chaos_json", metavar="FILE", help="write the figures to this file")
     c = sub.add_parser("bench", help="measure speed, cost, memory and recall against the targets",
@@ -153,7 +164,7 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--since", type=time_arg, metavar="TIME", help=f"only turns from this time on: {TIME_FORMS}")
     c.add_argument("--preset", help="only this preset's conversations (a preset id or a bank name)")
     c.add_argument("--yes", action="store_true", help="do not ask before spending LLM tokens")
-    c.add_argument("--batch", type=int, default=None, help="turns per batch (default: Batch Size)")
+    c.add_argument("--batch", type=count_arg, default=None, help="turns per batch (default: Batch Size)")
 
     c = sub.add_parser("doctor", help="check the installation, with a fix for each problem")
     c.add_argument("--json", action="store_true", help=json_help)

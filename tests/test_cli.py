@@ -162,6 +162,12 @@ def test_as_of_takes_relative_times_and_a_bad_one_is_a_usage_error(bank):
         assert "Traceback" not in proc.stderr and "isoformat" not in proc.stderr
     proc = run(data, "import-pygpt", "--since", "whenever", "--dry-run", check=False)
     assert proc.returncode == 2 and "not a date or time" in proc.stderr
+    for args in (["search", "--bank", "current.chat", "--limit", "0", "x"],
+                 ["ingest", "--bank", "current.chat", "--batch", "-1", "turns.jsonl"],
+                 ["search", "--bank", "current.chat", "--limit", "ten", "x"]):
+        proc = run(data, *args, check=False)
+        assert proc.returncode == 2 and ("must be at least 1" in proc.stderr
+                                         or "not a whole number: 'ten'" in proc.stderr), proc.stderr
 
 
 def test_a_reader_that_stops_early_gets_no_error(bank):

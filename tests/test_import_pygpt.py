@@ -131,8 +131,10 @@ def test_preset_and_since_filters(pygpt, tmp_path):
     # on or after May 1st: coder (June), travel (July, already there), default (May)
     assert "2 stored, 1 already there" in out.stdout
     assert banks(data) == {"travel": 2, "coder": 1, "default": 1}
-    bad = run(data, "import-pygpt", "--workdir", str(workdir), "--since", "yesterday", check=False)
-    assert bad.returncode == 1 and "--since" in bad.stderr and "Traceback" not in bad.stderr
+    bad = run(data, "import-pygpt", "--workdir", str(workdir), "--since", "someday", check=False)
+    assert bad.returncode == 2 and "--since" in bad.stderr and "Traceback" not in bad.stderr
+    recent = run(data, "import-pygpt", "--workdir", str(workdir), "--since", "yesterday")
+    assert "nothing to import" in recent.stdout, "a relative time is a time: nothing that recent"
     missing = run(data, "import-pygpt", "--workdir", str(tmp_path / "nowhere"), check=False)
     assert missing.returncode == 1 and "no PyGPT database" in missing.stderr
 
