@@ -28,7 +28,7 @@ def shorten(text: str, limit: int) -> str:
     if len(t) <= limit:
         return t
     room = t[: max(limit - 1, 1)]
-    ends = [m.end() for m in _SENTENCE_END.finditer(t[: limit + 1]) if m.end() <= limit - 1]
+    ends = [m.end() for m in _SENTENCE_END.finditer(t[: limit + 1]) if m.end() <= limit - 2]
     if ends and ends[-1] >= limit * 0.6:
         return t[: ends[-1]] + " …"
     if t[len(room)].isspace():   # the cut falls between two words
