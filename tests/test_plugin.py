@@ -130,7 +130,6 @@ def whole_words(line: str) -> bool:
     return set(re.findall(r"[\w']+", line)) <= WORDS | {"You", "said", "The", "assistant"}
 
 
-@pytest.mark.option("manual_flagging")
 def test_forget_that_quotes_memories_in_whole_words_and_plain_labels(host):
     window, plugin = host()
     chat_turn(window, LONG_TURN, "The house has a blue door and a fig tree, Isabella says.", ctx_id=1)
