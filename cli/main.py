@@ -344,7 +344,7 @@ async def _dispatch(engine, args) -> int:
         text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
         if args.out:
             Path(args.out).write_text(text, encoding="utf-8")
-            print(f"{len(records)} records written to {args.out}", file=sys.stderr)
+            print(f"{plural(len(records), 'record')} written to {args.out}", file=sys.stderr)
         else:
             sys.stdout.write(text)
         return 0
@@ -370,7 +370,8 @@ async def _dispatch(engine, args) -> int:
         # the engine numbers the records it was given; report the file's own line numbers
         problems += [_file_line(p, line_of) for p in out["problems"]]
         problems.sort(key=lambda p: int(m.group(1)) if (m := _LINE.match(p)) else 0)
-        print(f"imported {out['episodes']} episodes, {out['entities']} entities, {out['facts']} facts")
+        print(f"imported {plural(out['episodes'], 'episode')}, {plural(out['entities'], 'entity', 'entities')}, "
+              f"{plural(out['facts'], 'fact')}")
         if problems:
             print(f"memoryplus: {plural(len(problems), 'bad line')} skipped, the other lines imported: "
                   + "; ".join(problems[:5]), file=sys.stderr)
@@ -382,11 +383,12 @@ async def _dispatch(engine, args) -> int:
             print(json.dumps([b.model_dump() for b in banks], ensure_ascii=False))
         else:
             for b in banks:
-                print(f"{b.name}\t{b.episodes} turns\t{b.entities} entities\t{b.facts} facts\t{b.backend}")
+                print(f"{b.name}\t{plural(b.episodes, 'turn')}\t{plural(b.entities, 'entity', 'entities')}\t"
+                      f"{plural(b.facts, 'fact')}\t{b.backend}")
         return 0
     if cmd == "reembed":
         n = await engine.reembed(args.bank)
-        print(f"re-embedded {n} vectors")
+        print(f"re-embedded {plural(n, 'vector')}")
         return 0
     raise CliError(f"unknown command {cmd}")
 

@@ -122,6 +122,7 @@ def test_forget_takes_turn_ids_and_asks_first_in_every_form(tmp_path):
 
     done = run(tmp_path, "forget", "--bank", "p", "--id", "t2", "--yes")
     assert done.stdout.strip() == "forgot 1 memory and 1 stored turn"
+    assert run(tmp_path, "banks").stdout.split("\t")[:2] == ["p", "1 turn"]
     assert not mentions_code(stored(), "4711") and "Porto" in stored()
     proc = run(tmp_path, "forget", "--bank", "p", "--id", "t2", "--yes", check=False)
     assert proc.returncode == 1 and "t2" in proc.stderr, "forgetting it twice finds nothing"
