@@ -28,7 +28,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import QTimer, Signal, Slot
+from PySide6.QtCore import Qt, QTimer, Signal, Slot
 
 from pygpt_net.core.events import Event
 from pygpt_net.plugin.base.plugin import BasePlugin
@@ -143,7 +143,9 @@ class Plugin(BasePlugin):
     def setup_ui(self):
         """Once, on the GUI thread, for every registered plugin (enabled or not)."""
         self.notify.connect(self._show_message)
-        self.replied.connect(self._show_reply)
+        # queued even from the GUI thread: a reply given inside INPUT_BEFORE renders after PyGPT
+        # has finished with the send it stopped
+        self.replied.connect(self._show_reply, Qt.QueuedConnection)
         # ── memory UI (issue 5): MemoryPlus menu, mode selector, review reminder ──
         try:
             from memoryplus.ui import integration
