@@ -181,8 +181,10 @@ class Chaos:
         if self.window is not None:
             self.texts.extend(self.window.statuses)
             self.texts.extend(self.window.alerts)
+            self.texts.extend(reply for _, reply, _ in self.window.chat)   # command replies
             self.window.statuses.clear()
             self.window.alerts.clear()
+            self.window.chat.clear()
         if self.plugin is not None:
             self.texts.append(self.plugin.last_error or "")
             if self.plugin.client is not None:
@@ -363,14 +365,14 @@ class Chaos:
         use_command = self.rng.random() < 0.5
         if use_command:
             rec = self._turn()
-            seen = len(self.window.alerts) + len(self.window.statuses)
+            seen = len(self.window.chat)
             from memoryplus.testing.pygpt_host import chat_turn
             self.window.core.config.set("preset", next(p for p in PRESETS if self._bank(p) == rec.bank))
             chat_turn(self.window, "/forget_that", "unused")
             end = time.monotonic() + 90
             answer = ""
             while time.monotonic() < end:
-                texts = (self.window.alerts + self.window.statuses)[seen:]
+                texts = [reply for _, reply, _ in self.window.chat[seen:]]   # its reply in the chat
                 answer = next((t for t in texts if t.startswith(("Forg", "That turn", "Could not",
                                                                  "Nothing to forget"))), "")
                 if answer:

@@ -9,6 +9,8 @@ against text the demo printed. Exit status 0 only if every check held.
 """
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import re
@@ -52,10 +54,12 @@ class Demo:
         from memoryplus.plugin.plugin import Plugin
         from memoryplus.testing.pygpt_host import HostWindow
         self.out = out
-        self.window = HostWindow(workdir)
-        self.window.core.config.data.setdefault("plugins", {})["memoryplus"] = dict(SETTINGS)
-        self.plugin = self.window.register(Plugin())
-        self.plugin._ensure_started()
+        # PyGPT's Config prints "FORCE using workdir: ..." each time it reads PYGPT_WORKDIR
+        with contextlib.redirect_stdout(io.StringIO()):
+            self.window = HostWindow(workdir)
+            self.window.core.config.data.setdefault("plugins", {})["memoryplus"] = dict(SETTINGS)
+            self.plugin = self.window.register(Plugin())
+            self.plugin._ensure_started()
         self.ctx_id = 0
 
     def call(self, op: str, **params):
@@ -68,7 +72,7 @@ class Demo:
         self.ctx_id += 1
         self.window.core.config.set("preset", preset)   # the preset selected in PyGPT's UI
         self.out.line(f"you ({preset}): {text}", "1")
-        seen = len(self.window.alerts)
+        seen = len(self.window.chat)
         prompt = chat_turn(self.window, text, answer, preset=preset, ctx_id=self.ctx_id)
         if prompt is None:     # a chat command: MemoryPlus answers instead of the model
             self._wait_for_reply(seen)
@@ -83,12 +87,11 @@ class Demo:
         return block.group(1) if block else ""
 
     def _wait_for_reply(self, seen: int, timeout: float = 60.0) -> None:
-        end = time.monotonic() + timeout
-        while len(self.window.alerts) == seen and time.monotonic() < end:
-            self.window.process_events(0.05)
-        for alert in self.window.alerts[seen:]:
-            for line in alert.splitlines():
-                self.out.line("MemoryPlus: " + line, "35")
+        """MemoryPlus answers a command in the chat: print its reply."""
+        for _, reply, _ in self.window.wait_chat(seen + 1, timeout)[seen:]:
+            for line in reply.splitlines():
+                if line.strip():
+                    self.out.line("MemoryPlus: " + line, "35")
 
     def settle(self) -> None:
         self.plugin.queue.flush(timeout=60)

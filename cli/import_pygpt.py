@@ -23,6 +23,7 @@ from pathlib import Path
 
 from memoryplus.worker.isodates import parse_iso
 from memoryplus.worker.records import Turn, as_utc
+from memoryplus.worker.wording import plural
 
 # Measured with the scripted LLM (tests/test_import_pygpt.py::test_llm_estimate_prompt_and_yes,
 # graphiti 0.31, Chatbot mode, two turns into a new bank): 4.0 LLM calls per stored turn
@@ -159,14 +160,14 @@ async def run_import(args) -> int:
         raise CliError(str(exc)) from None
     total = sum(len(t) for t in by_bank.values())
     if problems:
-        print(f"memoryplus: {len(problems)} unreadable row(s) of PyGPT's history skipped, the "
+        print(f"memoryplus: {plural(len(problems), 'unreadable row')} of PyGPT's history skipped, the "
               f"others kept: " + "; ".join(problems[:5]), file=sys.stderr)
 
     if args.dry_run:
         for bank, turns in by_bank.items():
             first, last = turns[0].time.date().isoformat(), turns[-1].time.date().isoformat()
-            print(f"{bank}\t{len(turns)} turns would be imported ({first} .. {last})")
-        print(f"{total} turns in {len(by_bank)} bank(s) would be imported; nothing stored (dry run)")
+            print(f"{bank}\t{plural(len(turns), 'turn')} would be imported ({first} .. {last})")
+        print(f"{plural(total, 'turn')} in {plural(len(by_bank), 'bank')} would be imported; nothing stored (dry run)")
         return 0
     if total == 0:
         print("nothing to import: no real turns in PyGPT's history match")
@@ -226,5 +227,5 @@ async def run_import(args) -> int:
             await engine.close()
     print(f"{totals['stored']} stored, {totals['unchanged']} already there, {totals['skipped']} "
           f"skipped ({extraction} extraction) from {workdir / 'db.sqlite'}"
-          + (f"; {len(problems)} unreadable row(s) skipped" if problems else ""))
+          + (f"; {plural(len(problems), 'unreadable row')} skipped" if problems else ""))
     return 1 if problems else 0

@@ -1,7 +1,10 @@
 """The `memoryplus` command: the engine for people and scripts.
 
-Exit status: 0 on success (a search or forget matching nothing included), 2 for usage errors,
-1 for anything else, with a one-line error on stderr and no traceback.
+Exit status: 0 on success (a search, or a forget of a text or of the last turn, that finds
+nothing included), 2 for usage errors (a bad argument: a one-line usage message), 1 for
+anything else (`forget --id` with an id the bank does not hold included), with a one-line
+error on stderr and no traceback. A reader that stops early (`| head`) ends the command
+quietly with 141, as for a program stopped by SIGPIPE.
 """
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ import re
 import logging
 import os
 import sys
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 os.environ.setdefault("GRAPHITI_TELEMETRY_ENABLED", "false")
@@ -21,75 +25,128 @@ from memoryplus.config.paths import data_dir, default_data_dir, load_settings  #
 from memoryplus.config.schema import MEMORY_MODES, SettingsError, validate  # noqa: E402
 from memoryplus.worker.isodates import parse_iso  # noqa: E402
 from memoryplus.worker.records import Turn  # noqa: E402
+from memoryplus.worker.wording import plural, readable, shorten  # noqa: E402
 
 
 class CliError(Exception):
     pass
 
 
+_UNITS = {"minute": timedelta(minutes=1), "hour": timedelta(hours=1), "day": timedelta(days=1),
+          "week": timedelta(weeks=1), "month": timedelta(days=30), "year": timedelta(days=365)}
+_AGO = re.compile(r"^(\d+|an?|one)\s+(minute|hour|day|week|month|year)s?\s+ago$")
+_LAST = {"now": timedelta(0), "today": timedelta(0), "yesterday": timedelta(days=1),
+         **{f"last {unit}": step for unit, step in _UNITS.items() if unit != "minute"}}
+TIME_FORMS = ("an ISO-8601 date or time (2025-01-31, 2025-01-31T14:00, 2025-01-31T14:00:00+01:00) "
+              "or now, yesterday, last week/month/year, N days/weeks/months ago")
+
+
+def count_arg(value: str) -> int:
+    """A number of turns, results or queries: a whole number of at least 1 (else status 2)."""
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {value!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {n}")
+    return n
+
+
+def time_arg(value: str) -> str:
+    """--as-of and --since: checked here, where a bad value is a usage error (status 2). The
+    relative forms become an ISO time in UTC; an ISO value is passed on as written."""
+    low = " ".join(value.lower().split())
+    back = _LAST.get(low)
+    m = _AGO.match(low)
+    if m:
+        n = 1 if m.group(1) in ("a", "an", "one") else int(m.group(1))
+        back = n * _UNITS[m.group(2)]
+    if back is not None:
+        return (datetime.now(timezone.utc) - back).isoformat(timespec="seconds")
+    text = value.strip()
+    try:
+        parse_iso(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a date or time: {value!r}; use {TIME_FORMS}") from None
+    return text
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="memoryplus", description=(
         "Time-aware long-term memory for PyGPT: store, search and forget memories in a "
-        "local graph (Kuzu) or Neo4j."))
+        "local graph (Kuzu) or Neo4j."), epilog=(
+        "Exit status: 0 on success, 2 for a usage error, 1 for anything else. "
+        "`memoryplus COMMAND --help` describes each command."))
     p.add_argument("--data-dir", help=f"data directory (default: {default_data_dir()})")
-    p.add_argument("--backend", choices=["kuzu", "neo4j"])
-    p.add_argument("--extraction", choices=["auto", "local", "llm"])
-    p.add_argument("--mode", choices=MEMORY_MODES)
+    p.add_argument("--backend", choices=["kuzu", "neo4j"],
+                   help="graph database (default: the saved Database setting)")
+    p.add_argument("--extraction", choices=["auto", "local", "llm"],
+                   help="how turns become facts: local (no LLM), llm, or auto (the LLM when a key "
+                        "is set); default: the saved setting")
+    p.add_argument("--mode", choices=MEMORY_MODES, metavar="MODE",
+                   help="memory mode (what is remembered): " + ", ".join(MEMORY_MODES))
     p.add_argument("-v", "--verbose", action="store_true", help="log what the engine does")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    bank_help = "the memory bank: a PyGPT preset's id, or the fallback bank's name (see `memoryplus banks`)"
+    json_help = "print JSON instead of text"
 
     c = sub.add_parser("ingest", help="store chat turns from a JSON-lines file")
-    c.add_argument("--bank", required=True)
+    c.add_argument("--bank", required=True, help=bank_help)
     c.add_argument("file", help='one turn per line: {"id", "user", "assistant", "time"}')
-    c.add_argument("--batch", type=int, default=0, help="turns per batch (default: Batch Size)")
+    c.add_argument("--batch", type=count_arg, default=0, help="turns per batch (default: Batch Size)")
 
     c = sub.add_parser("remember", help="store a text as an explicit memory")
-    c.add_argument("--bank", required=True)
-    c.add_argument("text")
+    c.add_argument("--bank", required=True, help=bank_help)
+    c.add_argument("text", help="what to remember, e.g. \"My passport expires in March 2027\"")
 
     c = sub.add_parser("search", help="search a bank")
-    c.add_argument("--bank", required=True)
-    c.add_argument("--limit", type=int, default=10)
-    c.add_argument("--as-of", help="facts valid at this ISO-8601 time")
-    c.add_argument("--json", action="store_true")
+    c.add_argument("--bank", required=True, help=bank_help)
+    c.add_argument("--limit", type=count_arg, default=10, help="at most this many results (default: 10)")
+    c.add_argument("--as-of", type=time_arg, metavar="TIME",
+                   help=f"facts valid at this time: {TIME_FORMS}")
+    c.add_argument("--json", action="store_true", help=json_help + " (one list of results)")
     g = c.add_mutually_exclusive_group(required=True)
-    g.add_argument("query", nargs="?")
+    g.add_argument("query", nargs="?", help="what to look for, in plain words")
     g.add_argument("--queries", help="a file with one query per line; one JSON list per line out")
 
-    c = sub.add_parser("forget", help="forget the last turn, memories by id, or memories matching a text")
-    c.add_argument("--bank", required=True)
+    c = sub.add_parser("forget", help="forget the last turn, memories by id, or memories matching a text",
+                       description="Forget memories with the stored turns behind them. Without --yes "
+                                   "it only shows what would be forgotten.")
+    c.add_argument("--bank", required=True, help=bank_help)
     g = c.add_mutually_exclusive_group(required=True)
-    g.add_argument("--last", action="store_true")
-    g.add_argument("--id", nargs="+", dest="ids")
-    g.add_argument("text", nargs="?")
-    c.add_argument("--yes", action="store_true", help="forget the text matches without asking")
-    c.add_argument("--json", action="store_true")
+    g.add_argument("--last", action="store_true", help="the turn stored last")
+    g.add_argument("--id", nargs="+", dest="ids", metavar="ID",
+                   help="memory ids (the `id` of `search --json` results) or turn ids (the `id` of "
+                        "a line of the ingest file)")
+    g.add_argument("text", nargs="?", help="the memories that match this text strongly")
+    c.add_argument("--yes", action="store_true", help="forget without asking first")
+    c.add_argument("--json", action="store_true", help=json_help)
 
     for name, help_ in (("stats", "counts and LLM spending of a bank"),):
         c = sub.add_parser(name, help=help_)
-        c.add_argument("--bank", required=True)
-        c.add_argument("--json", action="store_true")
+        c.add_argument("--bank", required=True, help=bank_help)
+        c.add_argument("--json", action="store_true", help=json_help)
 
     c = sub.add_parser("export", help="write a bank as lossless JSON lines")
-    c.add_argument("--bank", required=True)
+    c.add_argument("--bank", required=True, help=bank_help)
     c.add_argument("--out", help="file (default: standard output)")
 
     c = sub.add_parser("import", help="merge a JSON-lines export into a bank, by id")
-    c.add_argument("--bank", required=True)
-    c.add_argument("file")
+    c.add_argument("--bank", required=True, help=bank_help + "; created if new")
+    c.add_argument("file", help="a file written by `memoryplus export`")
 
     c = sub.add_parser("banks", help="list the banks")
-    c.add_argument("--json", action="store_true")
+    c.add_argument("--json", action="store_true", help=json_help)
 
     c = sub.add_parser("reembed", help="recompute a bank's vectors after changing the embedder")
-    c.add_argument("--bank", required=True)
+    c.add_argument("--bank", required=True, help=bank_help)
 
     sub.add_parser("demo", help="a scripted conversation showing memory at work (offline)")
     c = sub.add_parser("chaos", help="the real plugin, worker and Kuzu under injected faults; "
                                      "checks nothing is lost, duplicated or leaked")
-    c.add_argument("--turns", type=int, default=200)
-    c.add_argument("--seed", type=int, default=1)
-    c.add_argument("--json", dest="chaos_json", help="write the figures to this file")
+    c.add_argument("--turns", type=count_arg, default=200, help="chat turns to send (default: 200)")
+    c.add_argument("--seed", type=int, default=1, help="seed of the fault schedule (default: 1)")
+    c.add_argument("--json", dest="chaos_json", metavar="FILE", help="write the figures to this file")
     c = sub.add_parser("bench", help="measure speed, cost, memory and recall against the targets",
                        description="Without --smoke or --quick: the full run, banks growing to 5,000 "
                                    "turns with figures at 100, 500, 2,000 and 5,000 (about 30-40 minutes "
@@ -99,23 +156,24 @@ def _parser() -> argparse.ArgumentParser:
                       help="tiny sizes, under a minute: only checks that every figure is written")
     size.add_argument("--quick", action="store_const", const="quick", dest="bench_mode",
                       help="banks of up to 500 turns, under 10 minutes")
-    c.add_argument("--json", dest="bench_json", help="write every figure to this JSON file")
+    c.add_argument("--json", dest="bench_json", metavar="FILE", help="write every figure to this JSON file")
 
     c = sub.add_parser("import-pygpt", help="backfill memory from PyGPT's conversation history")
     c.add_argument("--workdir", help="PyGPT's user data directory (default: PYGPT_WORKDIR or "
                                      "~/.config/pygpt-net)")
     c.add_argument("--dry-run", action="store_true", help="show per bank what would be imported")
-    c.add_argument("--since", help="only turns from this ISO date/time on")
+    c.add_argument("--since", type=time_arg, metavar="TIME", help=f"only turns from this time on: {TIME_FORMS}")
     c.add_argument("--preset", help="only this preset's conversations (a preset id or a bank name)")
     c.add_argument("--yes", action="store_true", help="do not ask before spending LLM tokens")
-    c.add_argument("--batch", type=int, default=None, help="turns per batch (default: Batch Size)")
+    c.add_argument("--batch", type=count_arg, default=None, help="turns per batch (default: Batch Size)")
 
     c = sub.add_parser("doctor", help="check the installation, with a fix for each problem")
-    c.add_argument("--json", action="store_true")
+    c.add_argument("--json", action="store_true", help=json_help)
 
     c = sub.add_parser("launch", help="start PyGPT with MemoryPlus registered (PyGPT's own "
                                       "arguments pass through)")
-    c.add_argument("pygpt_args", nargs=argparse.REMAINDER)
+    c.add_argument("pygpt_args", nargs=argparse.REMAINDER, metavar="PYGPT_ARGS",
+                   help="arguments for PyGPT itself, e.g. --workdir DIR")
     return p
 
 
@@ -164,7 +222,7 @@ def _read_turns(path: str) -> list[Turn]:
         except (ValueError, TypeError) as exc:
             problems.append(f"line {i}: {str(exc).splitlines()[0][:120]}")
     if problems:
-        raise CliError(f"{path}: {len(problems)} bad line(s), nothing stored: " + "; ".join(problems[:5]))
+        raise CliError(f"{path}: {plural(len(problems), 'bad line')}, nothing stored: " + "; ".join(problems[:5]))
     return turns
 
 
@@ -195,7 +253,7 @@ def _result_json(r) -> dict:
     return d
 
 
-def _print_results(results, as_json: bool) -> None:
+def _print_results(results, as_json: bool, scores: bool = True) -> None:
     if as_json:
         print(json.dumps([_result_json(r) for r in results], ensure_ascii=False))
         return
@@ -205,7 +263,8 @@ def _print_results(results, as_json: bool) -> None:
         when = r.valid_at.date().isoformat() if r.valid_at else "?"
         state = "current" if r.invalid_at is None else f"until {r.invalid_at.date().isoformat()}"
         tags = " ".join(f"[{t}]" for t in r.tags)
-        print(f"{r.score:.3f}  {r.kind:<7} {r.text.replace(chr(10), ' / ')[:160]}  ({when}, {state}) {tags}")
+        score = f"{r.score:.3f}  " if scores else "  "
+        print(f"{score}{r.kind:<7} {shorten(readable(r.text), 160)}  ({when}, {state}) {tags}".rstrip())
 
 
 def launch(pygpt_args: list[str]) -> int:
@@ -259,10 +318,7 @@ async def _dispatch(engine, args) -> int:
         print("remembered" if rep.stored else "already remembered")
         return 0
     if cmd == "search":
-        try:
-            as_of = parse_iso(args.as_of) if args.as_of else None
-        except ValueError:
-            raise CliError(f"--as-of: not an ISO date: {args.as_of!r} (e.g. 2025-01-31T10:30Z)") from None
+        as_of = parse_iso(args.as_of) if args.as_of else None   # time_arg has checked it
         if args.queries:
             try:
                 queries = Path(args.queries).read_text(encoding="utf-8").splitlines()
@@ -275,23 +331,7 @@ async def _dispatch(engine, args) -> int:
         _print_results(await engine.search(args.bank, args.query, args.limit, as_of), args.json)
         return 0
     if cmd == "forget":
-        if args.text and not args.yes:
-            rep = await engine.forget(args.bank, text=args.text, confirm=False)
-            if args.json:
-                print(json.dumps({"forgotten": [], "episodes_removed": 0,
-                                  "would_forget": [_result_json(m) for m in rep.matches]}))
-            elif rep.matches:
-                print(f"{len(rep.matches)} memories match strongly; run again with --yes to forget them:")
-                _print_results(rep.matches, False)
-            else:
-                print("nothing matches strongly; nothing would be forgotten")
-            return 0
-        rep = await engine.forget(args.bank, last=args.last, ids=args.ids, text=args.text)
-        if args.json:
-            print(json.dumps({"forgotten": rep.forgotten, "episodes_removed": rep.episodes_removed}))
-        else:
-            print(f"forgot {len(rep.forgotten)} memories and {rep.episodes_removed} stored turn(s)")
-        return 0
+        return await _forget(engine, args)
     if cmd == "stats":
         st = await engine.stats(args.bank)
         if args.json:
@@ -305,7 +345,7 @@ async def _dispatch(engine, args) -> int:
         text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
         if args.out:
             Path(args.out).write_text(text, encoding="utf-8")
-            print(f"{len(records)} records written to {args.out}", file=sys.stderr)
+            print(f"{plural(len(records), 'record')} written to {args.out}", file=sys.stderr)
         else:
             sys.stdout.write(text)
         return 0
@@ -325,15 +365,16 @@ async def _dispatch(engine, args) -> int:
                 except ValueError:
                     problems.append(f"line {i}: not JSON (cut short or garbled)")
         if not records and problems:
-            raise CliError(f"{args.file}: not a MemoryPlus export: {len(problems)} bad line(s), "
+            raise CliError(f"{args.file}: not a MemoryPlus export: {plural(len(problems), 'bad line')}, "
                            f"nothing imported: " + "; ".join(problems[:5]))
         out = await engine.import_(args.bank, records)
         # the engine numbers the records it was given; report the file's own line numbers
         problems += [_file_line(p, line_of) for p in out["problems"]]
         problems.sort(key=lambda p: int(m.group(1)) if (m := _LINE.match(p)) else 0)
-        print(f"imported {out['episodes']} episodes, {out['entities']} entities, {out['facts']} facts")
+        print(f"imported {plural(out['episodes'], 'episode')}, {plural(out['entities'], 'entity', 'entities')}, "
+              f"{plural(out['facts'], 'fact')}")
         if problems:
-            print(f"memoryplus: {len(problems)} bad line(s) skipped, the other lines imported: "
+            print(f"memoryplus: {plural(len(problems), 'bad line')} skipped, the other lines imported: "
                   + "; ".join(problems[:5]), file=sys.stderr)
             return 1
         return 0
@@ -343,16 +384,66 @@ async def _dispatch(engine, args) -> int:
             print(json.dumps([b.model_dump() for b in banks], ensure_ascii=False))
         else:
             for b in banks:
-                print(f"{b.name}\t{b.episodes} turns\t{b.entities} entities\t{b.facts} facts\t{b.backend}")
+                print(f"{b.name}\t{plural(b.episodes, 'turn')}\t{plural(b.entities, 'entity', 'entities')}\t"
+                      f"{plural(b.facts, 'fact')}\t{b.backend}")
         return 0
     if cmd == "reembed":
         n = await engine.reembed(args.bank)
-        print(f"re-embedded {n} vectors")
+        print(f"re-embedded {plural(n, 'vector')}")
         return 0
     raise CliError(f"unknown command {cmd}")
 
 
+async def _forget(engine, args) -> int:
+    """Every form shows first what would go, and forgets only with --yes; ids the bank does
+    not hold are an error before anything is removed."""
+    ids = list(dict.fromkeys(args.ids or []))
+    preview = await engine.forget(args.bank, last=args.last, ids=ids, text=args.text, confirm=False)
+    if ids:
+        missing = [i for i in ids if i not in preview.forgotten]
+        if missing:
+            raise CliError(f"{plural(len(missing), 'id')} not in bank {args.bank!r}: "
+                           f"{', '.join(missing[:5])}{' …' if len(missing) > 5 else ''}; nothing was "
+                           "forgotten (an id is a memory's `id` from `search --json` or a turn's `id` "
+                           "from the ingest file)")
+    if not args.yes:
+        if args.json:
+            print(json.dumps({"forgotten": [], "episodes_removed": 0,
+                              "would_forget": [_result_json(m) for m in preview.matches]},
+                             ensure_ascii=False))
+        elif not preview.matches:
+            print("nothing matches strongly; nothing would be forgotten" if args.text else
+                  "the bank holds no stored turn; nothing would be forgotten")
+        else:
+            what = (f"{plural(len(preview.matches), 'memory matches', 'memories match')} strongly"
+                    if args.text else
+                    f"{plural(len(preview.matches), 'stored turn')} would be forgotten")
+            print(f"{what}; run again with --yes to forget {'it' if len(preview.matches) == 1 else 'them'}:")
+            _print_results(preview.matches, False, scores=bool(args.text))
+        return 0
+    rep = await engine.forget(args.bank, last=args.last, ids=ids, text=args.text)
+    if args.json:
+        print(json.dumps({"forgotten": rep.forgotten, "episodes_removed": rep.episodes_removed}))
+    else:
+        print(f"forgot {plural(len(rep.forgotten), 'memory', 'memories')} and "
+              f"{plural(rep.episodes_removed, 'stored turn')}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # The reader went away (`| head`): stop quietly, as a program stopped by SIGPIPE does.
+        # Standard output now points at /dev/null so that the flush at exit raises nothing.
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return 141
+
+
+def _main(argv: list[str] | None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.ERROR,
                         format="%(levelname)s %(name)s: %(message)s")
@@ -379,6 +470,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         return asyncio.run(_run(args))
+    except BrokenPipeError:
+        raise
     except KeyboardInterrupt:
         print("memoryplus: interrupted", file=sys.stderr)
         return 1

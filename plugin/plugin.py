@@ -17,6 +17,7 @@ the defaults until the start-up thread (`_build`) has read and validated the sav
 """
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import types
@@ -27,7 +28,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import QTimer, Signal, Slot
+from PySide6.QtCore import Qt, QTimer, Signal, Slot
 
 from pygpt_net.core.events import Event
 from pygpt_net.plugin.base.plugin import BasePlugin
@@ -36,6 +37,7 @@ from memoryplus.config.schema import TABS, defaults
 from memoryplus.plugin import commands as chat_commands
 from memoryplus.plugin import host
 from memoryplus.plugin.memory_block import build_block, inject
+from memoryplus.worker.wording import plural, readable, shorten
 
 if TYPE_CHECKING:   # pydantic models: imported on the start-up thread, not at import
     from memoryplus.worker.records import SearchResult, Turn
@@ -47,6 +49,8 @@ GUI_BUDGET_S = 0.02        # the longest the GUI thread ever waits on us
 INJECT_WAIT_S = 4.0        # off the GUI thread: how long a turn waits for its memories
 SEARCH_TIMEOUT_S = 15.0
 COMMAND_TIMEOUT_S = 60.0
+# How much of a memory a command's reply quotes (characters, cut at a word or sentence boundary)
+REPLY_TEXT, OFFER_TEXT, CONFIRM_TEXT = 160, 240, 160
 EXPIRY_EVERY_S = 24 * 3600
 TURN_EVENTS = frozenset({Event.INPUT_BEFORE, Event.CTX_BEFORE, Event.POST_PROMPT_END, Event.CTX_END})
 
@@ -73,8 +77,16 @@ def _snapshot(ctx) -> Any:
                                                              preset=getattr(meta, "preset", None)))
 
 
+def _why(exc: BaseException) -> str:
+    """An error, for a chat reply: one line, secrets redacted."""
+    from memoryplus.worker.redact import redact
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return shorten(redact(text), 300)
+
+
 class Plugin(BasePlugin):
     notify = Signal(str)           # text for the user, shown on the GUI thread
+    replied = Signal(str, str)     # (the command typed, our reply): shown in the chat, GUI thread
     restore_requested = Signal(object)   # mirrored values PyGPT lost: restored on the GUI thread
 
     def __init__(self, *args, **kwargs):
@@ -101,6 +113,7 @@ class Plugin(BasePlugin):
         self._last_turn: dict[str, Turn] = {}
         self._seen_turns: OrderedDict[str, None] = OrderedDict()   # recent turns, for double dispatch
         self._forget_offer: tuple[str, list[SearchResult]] | None = None
+        self._reply_ids = itertools.count(-1, -1)   # chat blocks of our replies: never a stored id
         self._started = False
         self._closed = False
         self._ready = threading.Event()       # set once _build() has finished (or failed)
@@ -130,6 +143,9 @@ class Plugin(BasePlugin):
     def setup_ui(self):
         """Once, on the GUI thread, for every registered plugin (enabled or not)."""
         self.notify.connect(self._show_message)
+        # queued even from the GUI thread: a reply given inside INPUT_BEFORE renders after PyGPT
+        # has finished with the send it stopped
+        self.replied.connect(self._show_reply, Qt.QueuedConnection)
         # ── memory UI (issue 5): MemoryPlus menu, mode selector, review reminder ──
         try:
             from memoryplus.ui import integration
@@ -525,60 +541,70 @@ class Plugin(BasePlugin):
                 pass
         if not flagging:
             return
-        cmd = chat_commands.parse(str(data.get("value", "") or ""))
+        typed = str(data.get("value", "") or "")
+        cmd = chat_commands.parse(typed)
         if cmd is None:
             return
         data["stop"] = True     # the command is ours: nothing goes to the model
         data["silent"] = True
         self.counters["commands"] += 1
+
+        def say(text: str) -> None:   # from any thread: the reply shows in the chat
+            self.replied.emit(typed.strip(), text)
         if self.client is None or self.queue is None:
-            self._tell("MemoryPlus is still starting; send the command again in a moment.")
+            say("MemoryPlus is still starting; send the command again in a moment.")
             return
         bank = self.current_bank()
         if cmd.name == "invalid":
-            self._tell(cmd.error)
+            say(cmd.error[:1].upper() + cmd.error[1:] + ".")
         elif cmd.name == "remember":
-            self._remember(bank, cmd.text)
+            self._remember(bank, cmd.text, say)
         elif cmd.name == "forget":
-            self._forget(bank, cmd.text)
+            self._forget(bank, cmd.text, say)
         elif cmd.name in ("confirm", "cancel"):
-            self._confirm_forget(bank, cmd)
+            self._confirm_forget(bank, cmd, say)
 
-    def _remember(self, bank: str, text: str) -> None:
+    def _remember(self, bank: str, text: str, say) -> None:
         if text:
             fut = self.client.submit("remember", {"bank": bank, "text": text}, timeout=COMMAND_TIMEOUT_S)
-            fut.add_done_callback(lambda f: self._after(f, f"Remembered: {text}", bank))
+            fut.add_done_callback(lambda f: self._after(f, f"Remembered: {shorten(text, REPLY_TEXT)}",
+                                                        bank, say))
             return
         turn = self._last_turn.get(bank)
         if turn is None:
-            self._tell("Nothing to remember yet: /remember_this needs a text or a previous turn.")
+            say("Nothing to remember yet: /remember_this needs a text or a previous turn.")
             return
         explicit = turn.model_copy(update={"explicit": True})
         self.queue.put(bank, explicit)
-        self._tell(f"Remembered the previous turn: {turn.user[:120]}")
+        say(f"Remembered the previous turn: {shorten(turn.user, REPLY_TEXT)}")
 
-    def _forget(self, bank: str, text: str) -> None:
+    def _forget(self, bank: str, text: str, say) -> None:
         if not text:
             turn = self._last_turn.get(bank)
             if turn is None:
-                self._tell("Nothing to forget: there is no previous turn in this conversation.")
+                say("Nothing to forget: there is no previous turn in this conversation.")
                 return
             where = self.queue.remove(bank, turn.id)
             if where is True or where == "removed":
-                self._tell(f"Forgotten before it was stored: {turn.user[:120]}")
+                say(f"Forgotten before it was stored: {shorten(turn.user, REPLY_TEXT)}")
                 return
             # stored, or being stored: forget it by its id once the queue is done with it
-            threading.Thread(target=self._forget_stored_turn, args=(bank, turn), daemon=True).start()
+            threading.Thread(target=self._forget_stored_turn, args=(bank, turn, say), daemon=True).start()
             return
+
         def search_then_offer():
             # Turns still queued are stored first, so that they can be offered too.
-            self.queue.flush(timeout=COMMAND_TIMEOUT_S)
-            fut = self.client.submit("forget", {"bank": bank, "text": text, "confirm": False},
-                                     timeout=COMMAND_TIMEOUT_S)
-            fut.add_done_callback(lambda f: self._offer(bank, text, f))
+            try:
+                self.queue.flush(timeout=COMMAND_TIMEOUT_S)
+                fut = self.client.submit("forget", {"bank": bank, "text": text, "confirm": False},
+                                         timeout=COMMAND_TIMEOUT_S)
+            except Exception as exc:
+                say(f"Could not search the memories to forget: {_why(exc)}")
+                return
+            fut.add_done_callback(lambda f: self._offer(bank, text, f, say))
         threading.Thread(target=search_then_offer, daemon=True, name="memoryplus-forget").start()
 
-    def _forget_stored_turn(self, bank: str, turn: Turn) -> None:
+    def _forget_stored_turn(self, bank: str, turn: Turn, say) -> None:
         from memoryplus.worker.banks import episode_uuid, slug
         try:
             self.queue.flush(timeout=COMMAND_TIMEOUT_S)
@@ -587,52 +613,58 @@ class Plugin(BasePlugin):
             self.cache.invalidate(bank)
             self.forgotten(bank, result)
             gone = result.get("episodes_removed", 0) if isinstance(result, dict) else 0
-            self._tell(f"Forgot the last turn: {turn.user[:120]}" if gone else "That turn was not stored.")
+            say(f"Forgot the last turn: {shorten(turn.user, REPLY_TEXT)}" if gone
+                else "That turn was not stored, so there was nothing to forget.")
         except Exception as exc:
-            self._tell(f"Could not forget the last turn: {exc}")
+            say(f"Could not forget the last turn: {_why(exc)}")
 
-    def _offer(self, bank: str, text: str, future) -> None:
+    def _offer(self, bank: str, text: str, future, say) -> None:
         try:
             report = future.result()
         except Exception as exc:
-            self._tell(f"Could not search memories to forget: {exc}")
+            say(f"Could not search the memories to forget: {_why(exc)}")
             return
         from memoryplus.worker.records import SearchResult
         matches = [SearchResult.model_validate(m) for m in report.get("matches", [])]
         if not matches:
             self._forget_offer = None
-            self._tell(f"Nothing matches “{text}” strongly; nothing was forgotten.")
+            say(f"Nothing matches “{shorten(text, REPLY_TEXT)}” strongly, so nothing was forgotten.")
             return
         self._forget_offer = (bank, matches)
-        lines = [f"{i}. {m.text[:160]}" for i, m in enumerate(matches, 1)]
-        self._tell("These memories match:\n" + "\n".join(lines) +
-                   "\n\nType /forget_that yes to forget them all, /forget_that 1 3 to forget only "
-                   "some, /forget_that keep 2 to keep some, or /forget_that no.")
+        lines = [f"{i}. {shorten(readable(m.text), OFFER_TEXT)}" for i, m in enumerate(matches, 1)]
+        them = "it" if len(matches) == 1 else "them all"
+        some = ("" if len(matches) == 1 else
+                ", /forget_that 1 3 to forget only some, /forget_that keep 2 to keep some")
+        say(f"{plural(len(matches), 'memory matches', 'memories match')} “{shorten(text, REPLY_TEXT)}”:"
+            "\n\n" + "\n".join(lines) +
+            f"\n\nType /forget_that yes to forget {them}{some}, or /forget_that no to keep "
+            f"{'it' if len(matches) == 1 else 'them'}.")
 
-    def _confirm_forget(self, bank: str, cmd) -> None:
+    def _confirm_forget(self, bank: str, cmd, say) -> None:
         offer, self._forget_offer = self._forget_offer, None
         if cmd.name == "cancel" or offer is None or offer[0] != bank:
-            self._tell("Nothing forgotten." if cmd.name == "cancel" else
-                       "Nothing to confirm: use /forget_that TEXT first.")
+            say("Nothing was forgotten." if cmd.name == "cancel" else
+                "Nothing to confirm: use /forget_that TEXT first.")
             return
         _, matches = offer
         chosen = [m for i, m in enumerate(matches, 1)
                   if (not cmd.only or i in cmd.only) and i not in cmd.keep]
         if not chosen:
-            self._tell("Nothing forgotten.")
+            say("Nothing was forgotten.")
             return
         fut = self.client.submit("forget", {"bank": bank, "ids": [m.id for m in chosen]}, timeout=COMMAND_TIMEOUT_S)
-        what = "; ".join(m.text[:80] for m in chosen)
-        fut.add_done_callback(lambda f: self._after(f, f"Forgot {len(chosen)} memories: {what}", bank))
+        what = "\n".join(f"- {shorten(readable(m.text), CONFIRM_TEXT)}" for m in chosen)
+        fut.add_done_callback(lambda f: self._after(
+            f, f"Forgot {plural(len(chosen), 'memory', 'memories')}:\n\n{what}", bank, say))
 
-    def _after(self, future, message: str, bank: str) -> None:
+    def _after(self, future, message: str, bank: str, say) -> None:
         try:
             self.forgotten(bank, future.result())
             if self.cache is not None:
                 self.cache.invalidate(bank)
-            self._tell(message)
+            say(message)
         except Exception as exc:
-            self._tell(f"MemoryPlus could not do that: {exc}")
+            say(f"MemoryPlus could not do that: {_why(exc)}")
 
     def forgotten(self, bank: str, report) -> None:
         """After the worker forgot turns (a ForgetReport's `sources`; None for a cleared bank):
@@ -651,6 +683,30 @@ class Plugin(BasePlugin):
     def _report(self, text: str) -> None:
         self.last_error = text
         self.notify.emit(text)
+
+    @Slot(str, str)
+    def _show_reply(self, command: str, text: str) -> None:
+        """A command's reply in the chat, under the command, as a chat message of its own. It is
+        only shown: not stored in the conversation, so it never reaches the model either."""
+        try:
+            self.window.update_status("MemoryPlus: " + shorten(text.splitlines()[0], 160))
+        except Exception as exc:
+            log.warning("cannot show a status: %s", exc)
+        try:
+            from pygpt_net.core.events import RenderEvent
+            from pygpt_net.item.ctx import CtxItem
+            meta = self.window.core.ctx.get_current_meta()
+            if meta is None:   # no conversation open: the status bar is all there is
+                return
+            ctx = CtxItem()
+            ctx.meta = meta
+            ctx.id = next(self._reply_ids)   # PyGPT's page drops a block without an id
+            ctx.set_input(command, self.window.core.config.get("user_name"))
+            ctx.set_output(text, "MemoryPlus")
+            # APPEND_OUTPUT renders the command and the reply as one exchange
+            self.window.dispatch(RenderEvent(RenderEvent.APPEND_OUTPUT, {"meta": meta, "ctx": ctx}))
+        except Exception as exc:
+            log.warning("cannot show a reply in the chat: %s", exc)
 
     @Slot(str)
     def _show_message(self, text: str) -> None:
@@ -704,7 +760,7 @@ class Plugin(BasePlugin):
         if counts.get("skipped"):
             parts.append(f"{counts['skipped']} skipped by memory mode")
         if counts.get("corrupt_lines"):
-            parts.append(f"{counts['corrupt_lines']} corrupt spool line(s) set aside")
+            parts.append(f"{plural(counts['corrupt_lines'], 'corrupt spool line')} set aside")
         if counts.get("paused_reason"):
             parts.append(str(counts["paused_reason"]))
         parts.append(f"worker {st.get('state', 'starting')}")

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sets MemoryPlus up on a fresh Debian/Ubuntu machine: system packages (as root), a virtual
 # environment in .venv with PyGPT and every dependency, and MemoryPlus itself (editable).
-# Safe to run again; a second run only checks.
+# Safe to run again: a run with nothing changed since the last one only checks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
@@ -27,14 +27,38 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   fi
 fi
 
+here="$(pwd -P)"
+# What the last complete run installed from; a run with nothing changed since only checks.
+stamp=.venv/.memoryplus-install
+want="$(cat requirements.txt requirements-nodeps.txt pyproject.toml | sha256sum | cut -d' ' -f1) $here"
+check() {
+  .venv/bin/python -c "import memoryplus.worker.engine, pygpt_net, kuzu, graphiti_core, wordllama"
+}
+editable_here() {   # memoryplus imports from this checkout (run from / so the cwd does not count)
+  [ "$(cd / && "$here/.venv/bin/python" -c 'import memoryplus, os
+print(os.path.dirname(os.path.realpath(memoryplus.__file__)))' 2>/dev/null)" = "$here" ]
+}
+
+if [ -x .venv/bin/python ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && editable_here \
+   && check 2>/dev/null; then
+  mkdir -p "$HOME/.config/pygpt-net"
+  echo "MemoryPlus is installed in $here/.venv (checked; nothing to do)"
+  exit 0
+fi
+
 if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
 .venv/bin/python -m pip install -q -r requirements.txt 2>&1 | grep -v "^WARNING: Location" || true
 .venv/bin/python -m pip install -q --no-deps -r requirements-nodeps.txt 2>&1 | grep -v "^WARNING: Location" || true
-.venv/bin/python -m pip install -q --no-deps -e . 2>&1 | grep -v "^WARNING: Location" || true
-.venv/bin/python -c "import memoryplus.worker.engine, pygpt_net, kuzu, graphiti_core, wordllama" \
-  || { echo "install.sh: the environment is incomplete (see the messages above)" >&2; exit 1; }
+if ! editable_here; then
+  # setuptools warns on every editable build about same-named folders in the working
+  # directory; the repository root is the package itself, so the warning does not apply.
+  PYTHONWARNINGS="ignore:Editable installation" \
+    .venv/bin/python -m pip install -q --no-deps -e . 2>&1 | grep -v "^WARNING: Location" || true
+fi
+check || { echo "install.sh: the environment is incomplete (see the messages above)" >&2; exit 1; }
 mkdir -p "$HOME/.config/pygpt-net"
-echo "MemoryPlus is installed in $(pwd)/.venv"
+echo "$want" > "$stamp"
+echo "MemoryPlus is installed in $here/.venv"

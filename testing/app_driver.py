@@ -24,6 +24,9 @@ What it does, in order:
    ``window.ui.nodes['input']``, clicks ``window.ui.nodes['input.send_btn']``, waits for the
    turn's ``CTX_END`` and for PyGPT to be idle, then (between messages) waits until MemoryPlus has
    stored the turn (``plugin.queue.counts()``: pending == 0, in_flight == 0, done >= turns so far).
+   Then each ``--command`` the same way, waiting for MemoryPlus's reply and reading the chat
+   page's text (``commands`` in the report: the reply, whether the command and the reply's first
+   line are on the page).
 4. Writes the JSON report (``--report``), closes the main window (PyGPT's ``closeEvent`` →
    ``shutdown`` → every plugin's ``shutdown``), rewrites the report with what shutdown left
    behind, and quits the app.  The process exit status is the app's.
@@ -250,6 +253,7 @@ class Driver:
             "error": "",
             "timings": {},
             "turns": [],
+            "commands": [],
             "events": [],
             "unhandled_exceptions": [],
             "log_warnings": [],
@@ -257,6 +261,7 @@ class Driver:
         }
         self._events = self.report["events"]
         self._ctx_ends: list[dict] = []
+        self._replies: list[tuple[str, str]] = []    # what MemoryPlus answered chat commands
         self._gen = None
         self._waiting_until = 0.0
         self._finished = False
@@ -581,8 +586,54 @@ class Driver:
                                      f"MemoryPlus to store turn {i} (queue {self.queue_counts()})")
                 turn["stored_after_s"] = round(_now() - start, 3)
                 turn["queue_after_store"] = self.queue_counts()
+        yield from self.commands()
         rep["stage"] = "done"
         rep["ok"] = True
+
+    def commands(self):
+        """Each --command typed and sent like a message; then MemoryPlus's reply (its `replied`
+        signal) and whether the command and the reply are on the chat's page."""
+        w = self.window
+        alerts: list[str] = []
+
+        def alert(msg, *a, **kw):          # recorded, not shown
+            alerts.append(str(msg))
+            self._replies.append(("(a dialog)", str(msg)))
+        w.ui.dialogs.alert = alert
+        replied = getattr(self.plugin, "replied", None)    # MemoryPlus's own signal, if it has one
+        if replied is not None:
+            replied.connect(lambda command, text: self._replies.append((command, text)))
+        for j, text in enumerate(self.args.command or [], 1):
+            self.report["stage"] = f"command {j}: sending"
+            yield from self.wait(self.idle, 30, "PyGPT to be idle before a command")
+            seen, ends, shown = len(self._replies), len(self._ctx_ends), len(alerts)
+            cmd = {"n": j, "text": text, "sent_at": _now()}
+            self.report["commands"].append(cmd)
+            w.ui.nodes["input"].setPlainText(text)
+            w.ui.nodes["input.send_btn"].click()
+            yield from self.wait(lambda: len(self._replies) > seen, self.args.reply_timeout,
+                                 f"MemoryPlus's reply to command {j}")
+            cmd["reply"] = self._replies[seen][1]
+            pause = time.monotonic() + 2.0    # the page renders what it was sent
+            yield from self.wait(lambda: time.monotonic() > pause, 5, "the page")
+            pages: list[str] = []
+            views = self.web_views()
+            for view in views:
+                view.page().runJavaScript("document.body ? document.body.innerText : ''", 0,
+                                          lambda html: pages.append(str(html or "")))
+            yield from self.wait(lambda: len(pages) == len(views), 15, "the chat pages' text")
+            first = cmd["reply"].splitlines()[0]
+            chat = next((p for p in pages if text in p), "")
+            cmd.update(command_in_chat=bool(chat), reply_in_chat=first in chat,
+                       chat_tail=chat[-600:], ctx_end_events=len(self._ctx_ends) - ends,
+                       alerts=alerts[shown:],
+                       input_left=w.ui.nodes["input"].toPlainText())
+
+    @staticmethod
+    def web_views() -> list:
+        from PySide6.QtWebEngineWidgets import QWebEngineView
+        from PySide6.QtWidgets import QApplication
+        return [v for v in QApplication.allWidgets() if isinstance(v, QWebEngineView)]
 
     def plugin_enabled(self) -> bool:
         try:
@@ -731,6 +782,8 @@ def parse_args(argv=None):
     p.add_argument("--option", action="append", default=[], metavar="KEY=JSON",
                    help="an extra plugins.memoryplus option to seed")
     p.add_argument("--message", action="append", help="a message to send (repeatable); default: two")
+    p.add_argument("--command", action="append", help="a chat command to send after the messages "
+                                                      "(repeatable); the report says if its reply is in the chat")
     p.add_argument("--wait-last-store", action="store_true", help="also wait for the last turn to be stored")
     p.add_argument("--sample-gui", action="store_true", help="report where the GUI thread spends its time")
     p.add_argument("--budget", type=float, default=130.0, help="seconds for the whole GUI script")

@@ -5,7 +5,9 @@ default config.json), the core plugin registry (`core.plugins.Plugins`: registra
 option values, option pruning), the plugin controller's enabled-state, the `Dispatcher`,
 `Event`, `CtxItem` and `CtxMeta`. Everything else PyGPT's dispatcher consults before reaching
 plugins (its tool, agent, ctx, model, idx and ui controllers) is an inert stand-in: those are
-PyGPT's own features, not the plugin API under test. Used by the tests, the demo and the bench.
+PyGPT's own features, not the plugin API under test. The chat render controller, which gets
+every RenderEvent, records what would be shown in the chat (`chat`); `core.ctx` knows which
+conversation is open. Used by the tests, the demo and the bench.
 """
 from __future__ import annotations
 
@@ -30,6 +32,24 @@ class _Dialogs:
         self.host.alerts.append(str(msg))
 
 
+class _ChatRender:
+    """Stands in for PyGPT's chat render controller (`controller.chat.render`, which the real
+    dispatcher hands every RenderEvent): records the exchanges a RenderEvent.APPEND_OUTPUT puts
+    into the chat, as (input, output, the bot's name)."""
+
+    def __init__(self, host: "HostWindow"):
+        self.host = host
+
+    def handle(self, event) -> None:
+        from pygpt_net.core.events import RenderEvent
+        assert threading.current_thread() is threading.main_thread(), "chat render from a worker thread"
+        if event.name == RenderEvent.APPEND_OUTPUT:
+            ctx = event.data.get("ctx")
+            assert ctx is not None and ctx.id is not None, "PyGPT's page drops a block without an id"
+            assert event.data.get("meta") is self.host.meta, "rendered into the open conversation"
+            self.host.chat.append((ctx.input, ctx.output, ctx.output_name))
+
+
 class HostWindow:
     """The `window` object a PyGPT plugin sees, with the real registry and dispatcher."""
 
@@ -38,6 +58,9 @@ class HostWindow:
         from PySide6.QtCore import QThreadPool
         from PySide6.QtWidgets import QApplication
         self.app = QApplication.instance() or QApplication([])
+        # PyGPT's icons, registered as its app.py does: pygpt_net.ui builds QIcons from them at
+        # import ("qt.svg: Cannot open file ':/icons/...'" on stderr otherwise)
+        import pygpt_net.icons_rc  # noqa: F401
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         os.environ["PYGPT_WORKDIR"] = str(self.workdir)
@@ -55,13 +78,21 @@ class HostWindow:
         self.statuses: list[str] = []
         self._last_tick = 0.0
         self.alerts: list[str] = []
-        self.core = types.SimpleNamespace(debug=MagicMock(), models=MagicMock(), llm=MagicMock())
+        self.chat: list[tuple[str, str, str]] = []    # what was shown in the chat (see _ChatRender)
+        from pygpt_net.item.ctx import CtxMeta
+        self.meta = CtxMeta()        # the conversation open in the chat
+        self.meta.id = 1
+        # the conversation store: only which conversation is open
+        ctx_store = types.SimpleNamespace(get_current_meta=lambda: self.meta)
+        self.core = types.SimpleNamespace(debug=MagicMock(), models=MagicMock(), llm=MagicMock(),
+                                          ctx=ctx_store)
         self.core.models.has.return_value = False
         self.core.config = Config(self)
         self.core.config.init(all=False)
         self.core.plugins = PluginRegistry(self)
         self.controller = MagicMock()
         self.controller.plugins = PluginController(self)
+        self.controller.chat.render = _ChatRender(self)
         self.tools = MagicMock()
         self.ui = types.SimpleNamespace(dialogs=_Dialogs(self), menu={}, nodes={})
         self.threadpool = QThreadPool.globalInstance()
@@ -74,6 +105,14 @@ class HostWindow:
     def update_status(self, message: str = "") -> None:
         assert threading.current_thread() is threading.main_thread(), "status bar from a worker thread"
         self.statuses.append(str(message))
+
+    def wait_chat(self, n: int, timeout: float = 60.0) -> list[tuple[str, str, str]]:
+        """Let events run until the chat shows `n` exchanges (or the time is up); the list."""
+        import time
+        end = time.monotonic() + timeout
+        while len(self.chat) < n and time.monotonic() < end:
+            self.process_events(0.05)
+        return self.chat
 
     # what the tests do as PyGPT would
     def register(self, plugin, *, enable: bool = True):

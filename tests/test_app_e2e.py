@@ -218,10 +218,28 @@ def launcher_run(tmp_path_factory):
     server = ScriptedLLMServer(chat_reply=_reply).start()
     try:
         run = run_app(tmp_path, "launcher", tmp_path / "pygpt", "--route", "launcher",
-                      "--base-url", server.base_url, "--message", FIRST, "--message", SECOND)
+                      "--base-url", server.base_url, "--message", FIRST, "--message", SECOND,
+                      "--command", COMMAND, "--command", "/forget_that yes")
     finally:
         server.stop()
     return run, server
+
+
+COMMAND = "/remember_this My bike is the green one with a wicker basket"
+
+
+def test_launcher_route_a_command_is_answered_in_the_chat_not_by_the_model(launcher_run):
+    """In the real app the reply appears on the chat's page under the command, no dialog opens,
+    and neither the command nor the reply reaches the model."""
+    run, server = launcher_run
+    remember, confirm = run.report["commands"]
+    assert remember["reply"] == "Remembered: My bike is the green one with a wicker basket", remember
+    # a reply given at once, inside PyGPT's INPUT_BEFORE, as well as one that comes later
+    assert confirm["reply"] == "Nothing to confirm: use /forget_that TEXT first.", confirm
+    for cmd in (remember, confirm):
+        assert cmd["command_in_chat"] and cmd["reply_in_chat"], cmd.get("chat_tail")
+        assert cmd["ctx_end_events"] == 0 and cmd["alerts"] == [], "no chat turn was made of it, no dialog"
+    assert not any("wicker" in json.dumps(body) for _, body in server.requests), "nothing reached the model"
 
 
 def test_launcher_route_recalls_the_first_turn_in_the_second(launcher_run):

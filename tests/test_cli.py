@@ -1,8 +1,10 @@
 """The memoryplus command, run as a user runs it: a real process, real Kuzu, no network."""
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -94,6 +96,109 @@ def test_forget_text_asks_first_then_forgets(tmp_path):
     assert not mentions_code(run(tmp_path, "export", "--bank", "p").stdout, "4711")
 
 
+def test_forget_takes_turn_ids_and_asks_first_in_every_form(tmp_path):
+    turns = tmp_path / "turns.jsonl"
+    turns.write_text("\n".join(json.dumps(t) for t in (
+        {"id": "t1", "user": "My sister Ana lives in Porto.", "assistant": "Lovely."},
+        {"id": "t2", "user": "My locker code at the gym is 4711.", "assistant": "Noted."})))
+    run(tmp_path, "ingest", "--bank", "p", str(turns))
+
+    def stored() -> str:
+        return run(tmp_path, "export", "--bank", "p").stdout
+
+    for args in (["--id", "t2"], ["--last"]):
+        preview = run(tmp_path, "forget", "--bank", "p", *args)
+        assert "1 stored turn would be forgotten; run again with --yes" in preview.stdout, preview.stdout
+        assert "4711" in preview.stdout and "You said: My locker code" in preview.stdout
+        assert mentions_code(stored(), "4711"), f"forget {args} without --yes removes nothing"
+    would = json.loads(run(tmp_path, "forget", "--bank", "p", "--id", "t2", "--json").stdout)
+    assert would["episodes_removed"] == 0 and [m["sources"] for m in would["would_forget"]] == [["t2"]]
+
+    for ids in (["t9"], ["t2", "t9"]):
+        proc = run(tmp_path, "forget", "--bank", "p", "--id", *ids, "--yes", check=False)
+        assert proc.returncode == 1 and "1 id not in bank 'p': t9; nothing was forgotten" in proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1 and "memory's `id`" in proc.stderr
+        assert mentions_code(stored(), "4711"), "an unknown id loses nothing, not even the known ones"
+
+    done = run(tmp_path, "forget", "--bank", "p", "--id", "t2", "--yes")
+    assert done.stdout.strip() == "forgot 1 memory and 1 stored turn"
+    assert run(tmp_path, "banks").stdout.split("\t")[:2] == ["p", "1 turn"]
+    assert not mentions_code(stored(), "4711") and "Porto" in stored()
+    proc = run(tmp_path, "forget", "--bank", "p", "--id", "t2", "--yes", check=False)
+    assert proc.returncode == 1 and "t2" in proc.stderr, "forgetting it twice finds nothing"
+    run(tmp_path, "forget", "--bank", "p", "--last", "--yes")
+    assert "Porto" not in stored()
+
+
+def test_every_argument_of_every_command_is_documented():
+    from memoryplus.cli.main import _parser
+    undocumented = []
+
+    def walk(parser, where):
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    walk(sub, f"{where} {name}")
+            elif not isinstance(action, argparse._HelpAction) and not (action.help or "").strip():
+                undocumented.append(f"{where}: {'/'.join(action.option_strings) or action.dest}")
+    walk(_parser(), "memoryplus")
+    assert not undocumented
+    out = " ".join(subprocess.run([EXE, "forget", "--help"], capture_output=True, text=True,
+                                  timeout=60).stdout.split())
+    assert "turn ids" in out and "the turn stored last" in out and "only shows what would be" in out
+
+
+def test_as_of_takes_relative_times_and_a_bad_one_is_a_usage_error(bank):
+    data, _ = bank
+    for when in ("last week", "3 days ago", "yesterday", "2025-02-15", "2025-02-15T00:00:00Z"):
+        proc = run(data, "search", "--bank", "current.chat", "--json", "--as-of", when, "where do I live",
+                   check=False)
+        assert proc.returncode == 0, (when, proc.stderr)
+        assert isinstance(json.loads(proc.stdout), list)
+    for bad in ("lastweek", "15/02/2025", "soon"):
+        proc = run(data, "search", "--bank", "current.chat", "--as-of", bad, "x", check=False)
+        assert proc.returncode == 2, (bad, proc.returncode, proc.stderr)
+        assert f"not a date or time: '{bad}'" in proc.stderr and "ISO-8601" in proc.stderr
+        assert "3 days ago" not in proc.stderr or "N days" in proc.stderr
+        assert "Traceback" not in proc.stderr and "isoformat" not in proc.stderr
+    proc = run(data, "import-pygpt", "--since", "whenever", "--dry-run", check=False)
+    assert proc.returncode == 2 and "not a date or time" in proc.stderr
+    for args in (["search", "--bank", "current.chat", "--limit", "0", "x"],
+                 ["ingest", "--bank", "current.chat", "--batch", "-1", "turns.jsonl"],
+                 ["search", "--bank", "current.chat", "--limit", "ten", "x"]):
+        proc = run(data, *args, check=False)
+        assert proc.returncode == 2 and ("must be at least 1" in proc.stderr
+                                         or "not a whole number: 'ten'" in proc.stderr), proc.stderr
+
+
+def test_a_reader_that_stops_early_gets_no_error(bank):
+    data, _ = bank
+    env = {**os.environ, "GRAPHITI_TELEMETRY_ENABLED": "false"}
+    for args in ("export --bank current.chat", "search --bank current.chat --limit 200 Person3",
+                 "--help"):
+        proc = subprocess.run(f"{shlex.quote(EXE)} --data-dir {shlex.quote(str(data))} {args} | head -c 20; "
+                              "echo \" status=${PIPESTATUS[0]}\"",
+                              shell=True, executable="/bin/bash", capture_output=True, text=True,
+                              env=env, timeout=300)
+        assert "Broken pipe" not in proc.stderr and "Errno" not in proc.stderr, (args, proc.stderr)
+        assert proc.stderr == "", (args, proc.stderr)
+        status = int(proc.stdout.rsplit("status=", 1)[1])
+        assert status in (0, 141), (args, status)
+
+
+def test_search_output_is_cut_at_word_boundaries(tmp_path):
+    text = ("My grandmother Henrietta kept bees behind the old stone farmhouse near Aberystwyth "
+            "and sold the honey every Saturday at the market in the square, next to the "
+            "fishmonger who always sang sea shanties while wrapping mackerel in newspaper")
+    run(tmp_path, "remember", "--bank", "g", text)
+    out = run(tmp_path, "search", "--bank", "g", "Henrietta bees honey").stdout
+    line = next(x for x in out.splitlines() if "Henrietta kept bees" in x)
+    quoted = line.split(None, 2)[2].rsplit("  (", 1)[0]
+    assert quoted.endswith("…") and len(quoted) <= 160 and "User:" not in quoted
+    said = quoted[:-1].rstrip().removeprefix("You said: ")
+    assert text.startswith(said) and text[len(said)] in " ,", quoted
+
+
 def test_errors_are_one_line_with_the_right_status(tmp_path):
     for args in (["search", "--bank", "missing", "x"], ["stats", "--bank", "missing"],
                  ["forget", "--bank", "missing", "--last"], ["export", "--bank", "missing"]):
@@ -114,6 +219,10 @@ def test_demo_passes_every_check():
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "checks passed" in proc.stdout and "FAIL" not in proc.stdout
     assert "\033[" not in proc.stdout, "plain output when piped"
+    assert "qt.svg" not in proc.stderr and "Cannot open file" not in proc.stderr, proc.stderr[:300]
+    assert "FORCE using workdir" not in proc.stdout
+    assert "MemoryPlus: Remembered: My passport expires in March 2027." in proc.stdout, \
+        "the command's reply, from the chat"
 
 
 @pytest.mark.option("kuzu_storage_path")
@@ -150,5 +259,25 @@ def test_times_in_any_iso_form_are_read_alike_on_every_python(tmp_path, monkeypa
     berlin = next(r for r in facts if "Berlin" in r["text"])
     assert berlin["valid_at"].startswith("2025-02-01T10:00:00"), berlin["valid_at"]
     proc = run(tmp_path, "search", "--bank", "d", "--as-of", "31/01/2025", "where", check=False)
-    assert proc.returncode == 1 and "--as-of: not an ISO date: '31/01/2025'" in proc.stderr
-    assert len(proc.stderr.strip().splitlines()) == 1
+    assert proc.returncode == 2 and "not a date or time: '31/01/2025'" in proc.stderr
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.skipif(Path(sys.prefix).resolve() != (ROOT / ".venv").resolve(),
+                    reason="runs in the checkout's own .venv, made by scripts/install.sh (as in CI)")
+def test_install_script_is_quiet_and_run_again_only_checks():
+    """scripts/install.sh (CI runs it before the tests) hides setuptools' editable-install
+    warning, and a run with nothing changed since installs nothing and prints one line."""
+    def install():
+        proc = subprocess.run(["bash", str(ROOT / "scripts" / "install.sh")], capture_output=True,
+                              text=True, timeout=900)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert "Editable installation" not in proc.stdout + proc.stderr
+        return proc
+    install()           # the first run here, if CI's ran an older script
+    again = install()
+    assert again.stderr == ""
+    assert again.stdout.strip().splitlines() == [f"MemoryPlus is installed in {ROOT.resolve()}/.venv "
+                                                 "(checked; nothing to do)"]

@@ -12,9 +12,9 @@ from memoryplus.plugin.plugin import Plugin
 def test_demo_fails_when_forgetting_is_broken(tmp_path, monkeypatch):
     monkeypatch.setenv("PYGPT_WORKDIR", str(tmp_path))
 
-    def pretend_to_forget(self, bank, cmd):
+    def pretend_to_forget(self, bank, cmd, say):
         self._forget_offer = None
-        self._tell("Forgot 1 memories (not really)")
+        say("Forgot 1 memory (not really)")
     monkeypatch.setattr(Plugin, "_confirm_forget", pretend_to_forget)
     out = Out(io.StringIO())
     assert run_demo(out, tmp_path / "w") == 1

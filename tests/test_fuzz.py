@@ -232,7 +232,7 @@ def test_cli_import_keeps_the_good_lines_of_a_damaged_export_and_counts_the_bad(
     code = main(["--data-dir", str(tmp_path / "d"), "--extraction", "local", "import", "--bank", "b", str(path)])
     out, err = capsys.readouterr()
     assert code == 1
-    assert "4 bad line(s) skipped" in err, err
+    assert "4 bad lines skipped" in err, err
     for n in (3, 4, len(file_lines) - 1, len(file_lines)):
         assert f"line {n}:" in err, (n, err)
     assert "imported 2 episodes" in out
@@ -301,9 +301,9 @@ def test_import_pygpt_skips_and_counts_bad_rows_and_keeps_the_good_ones(tmp_path
     con.close()
     code, out, err = _import_pygpt(tmp_path, workdir, capsys)
     assert code == 1
-    assert "2 unreadable row(s) of PyGPT's history skipped" in err, err
+    assert "2 unreadable rows of PyGPT's history skipped" in err, err
     assert "ctx_item 2" in err and "ctx_item 3" in err
-    assert "4 stored" in out and "2 unreadable row(s) skipped" in out, out
+    assert "4 stored" in out and "2 unreadable rows skipped" in out, out
 
 
 # ── a corrupt ingestion spool, through the real plugin and worker ─────────────────────────
@@ -347,7 +347,7 @@ def test_a_corrupt_spool_keeps_its_good_turns_and_sets_the_bad_lines_aside(tmp_p
         kept = (spool / "ingest-0.corrupt.jsonl").read_bytes().split(b"\n")
         assert all(line in kept for line in bad)
         assert len(plugin.queue.problems) == 5
-        assert "5 corrupt spool line(s) set aside" in plugin.status_text()
+        assert "5 corrupt spool lines set aside" in plugin.status_text()
     finally:
         plugin.destroy()
 

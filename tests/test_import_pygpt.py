@@ -95,7 +95,7 @@ def test_import_banks_dates_idempotence(pygpt, tmp_path):
     data = tmp_path / "data"
     dry = run(data, "--extraction", "local", "import-pygpt", "--workdir", str(workdir), "--dry-run")
     assert "coder\t3 turns" in dry.stdout and "travel\t2 turns" in dry.stdout
-    assert "default\t1 turns" in dry.stdout and "6 turns in 3 bank(s)" in dry.stdout
+    assert "default\t1 turn would" in dry.stdout and "6 turns in 3 banks" in dry.stdout
     assert not (data / "kuzu").exists() or banks(data) == {}          # a dry run stores nothing
 
     out = run(data, "--extraction", "local", "import-pygpt", "--workdir", str(workdir), "--batch", "2")
@@ -131,8 +131,10 @@ def test_preset_and_since_filters(pygpt, tmp_path):
     # on or after May 1st: coder (June), travel (July, already there), default (May)
     assert "2 stored, 1 already there" in out.stdout
     assert banks(data) == {"travel": 2, "coder": 1, "default": 1}
-    bad = run(data, "import-pygpt", "--workdir", str(workdir), "--since", "yesterday", check=False)
-    assert bad.returncode == 1 and "--since" in bad.stderr and "Traceback" not in bad.stderr
+    bad = run(data, "import-pygpt", "--workdir", str(workdir), "--since", "someday", check=False)
+    assert bad.returncode == 2 and "--since" in bad.stderr and "Traceback" not in bad.stderr
+    recent = run(data, "import-pygpt", "--workdir", str(workdir), "--since", "yesterday")
+    assert "nothing to import" in recent.stdout, "a relative time is a time: nothing that recent"
     missing = run(data, "import-pygpt", "--workdir", str(tmp_path / "nowhere"), check=False)
     assert missing.returncode == 1 and "no PyGPT database" in missing.stderr
 

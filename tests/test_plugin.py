@@ -80,33 +80,83 @@ def test_presets_have_their_own_banks_and_unsaved_presets_share_one(host):
     assert banks == {"work", "home", "default"}
 
 
+MATCHES = re.compile(r"^(\d+) (memory matches|memories match) ")
+FORGOT = re.compile(r"^Forgot (\d+) (memory|memories):")
+
+
+def plural_right(n: str, words: str) -> bool:
+    return (int(n) == 1) == (words in ("memory matches", "memory"))
+
+
 @pytest.mark.option("manual_flagging")
 def test_remember_this_and_forget_that_with_confirmation(host):
+    """The replies are chat messages under the command (no dialog), in order, with the right
+    plurals; the commands themselves never reach the model."""
     window, plugin = host()
     assert chat_turn(window, "/remember_this My locker code is 4711", "unused") is None
-    window.process_events(0.5)
-    deadline = time.monotonic() + 30
-    while not any("Remembered" in a for a in window.alerts) and time.monotonic() < deadline:
-        window.process_events(0.05)
-    assert any("4711" in a for a in window.alerts)
+    assert window.wait_chat(1) == [("/remember_this My locker code is 4711",
+                                    "Remembered: My locker code is 4711", "MemoryPlus")]
     assert "4711" in block_of(chat_turn(window, "What is my locker code?", "4711", ctx_id=2))
 
     assert chat_turn(window, "/forget_that locker code", "unused") is None
-    deadline = time.monotonic() + 30
-    while not any("These memories match" in a for a in window.alerts) and time.monotonic() < deadline:
-        window.process_events(0.05)
-    offer = next(a for a in window.alerts if "These memories match" in a)
-    assert "1. " in offer and "4711" in offer
+    command, offer, _ = window.wait_chat(2)[1]
+    assert command == "/forget_that locker code"
+    m = MATCHES.match(offer)
+    assert m and plural_right(m.group(1), m.group(2)), offer
+    assert "\n1. " in offer and "4711" in offer and "/forget_that yes" in offer
     assert "4711" in block_of(chat_turn(window, "What is my locker code?", "?", ctx_id=3)), \
         "nothing is forgotten before the user confirms"
     assert chat_turn(window, "/forget_that yes", "unused") is None
-    deadline = time.monotonic() + 30
-    while not any(a.startswith("Forgot") for a in window.alerts) and time.monotonic() < deadline:
-        window.process_events(0.05)
+    done = window.wait_chat(3)[2][1]
+    m = FORGOT.match(done)
+    assert m and plural_right(m.group(1), m.group(2)), done
     settle(window, plugin)
     assert not mentions_code(chat_turn(window, "What is my locker code?", "?", ctx_id=4), "4711")
     export = plugin.client.call("export", {"bank": "default"}, timeout=30)
     assert not mentions_code(json.dumps(export), "4711")
+    assert window.alerts == [], "no dialog pops up"
+    assert all(cmd.startswith("/") for cmd, _, _ in window.chat)
+
+
+LONG_TURN = ("Last summer my sister Isabella finally moved from Rotterdam to a small village near "
+             "Porto, where she restores old wooden fishing boats for a living. She says the "
+             "neighbours bring her grilled sardines every Friday and that she has never been "
+             "happier, although the winters there are surprisingly damp and grey.")
+WORDS = set(re.findall(r"[\w']+", LONG_TURN + " The house has a blue door and a fig tree, Isabella"))
+
+
+def whole_words(line: str) -> bool:
+    """Every word of a quoted memory is a whole word of what was said."""
+    return set(re.findall(r"[\w']+", line)) <= WORDS | {"You", "said", "The", "assistant"}
+
+
+def test_forget_that_quotes_memories_in_whole_words_and_plain_labels(host):
+    window, plugin = host()
+    chat_turn(window, LONG_TURN, "The house has a blue door and a fig tree, Isabella says.", ctx_id=1)
+    settle(window, plugin)
+    assert chat_turn(window, "/forget_that Isabella restores wooden fishing boats near Porto",
+                     "unused") is None
+    offer = window.wait_chat(1)[0][1]
+    assert MATCHES.match(offer), offer
+    items = [line for line in offer.splitlines() if re.match(r"\d+\. ", line)]
+    turn = next(line for line in items if "Rotterdam" in line)
+    assert "You said: Last summer my sister Isabella" in turn, turn
+    assert "User:" not in offer and "Assistant:" not in offer
+    for line in items:
+        body = line.split(". ", 1)[1]
+        assert len(body) <= 260 and whole_words(body), line
+        if body.endswith("…"):
+            cut = body[:-1].rstrip()
+            assert (LONG_TURN + " ").find(cut.split("You said: ")[-1] + " ") >= 0 or cut.endswith("."), line
+    assert chat_turn(window, "/forget_that yes", "unused") is None
+    done = window.wait_chat(2)[1][1]
+    m = FORGOT.match(done)
+    assert m and plural_right(m.group(1), m.group(2)), done
+    for line in done.splitlines()[1:]:
+        if line.startswith("- "):
+            assert whole_words(line[2:]) and len(line) <= 170, line
+    assert "Isabella" not in json.dumps(plugin.client.call("export", {"bank": "default"}, timeout=30))
+    assert window.alerts == []
 
 
 def test_forget_that_alone_forgets_the_last_turn(host):
@@ -115,20 +165,30 @@ def test_forget_that_alone_forgets_the_last_turn(host):
     settle(window, plugin)
     chat_turn(window, "I secretly collect stamps from Peru.", "Fun!", ctx_id=2)
     assert chat_turn(window, "/forget_that", "unused") is None
-    deadline = time.monotonic() + 30
-    while not any(a.startswith(("Forgot", "Forgotten")) for a in window.alerts) and time.monotonic() < deadline:
-        window.process_events(0.05)
+    reply = window.wait_chat(1)[0][1]
+    assert reply.startswith(("Forgot the last turn: I secretly collect stamps from Peru.",
+                             "Forgotten before it was stored: I secretly collect stamps from Peru.")), reply
     settle(window, plugin)
     dump = json.dumps(plugin.client.call("export", {"bank": "default"}, timeout=30))
     assert "Peru" not in dump and "teal" in dump
 
 
-def test_unknown_command_gets_a_reply_and_stores_nothing(host):
+def test_command_errors_are_answered_in_the_chat(host):
     window, plugin = host()
     assert chat_turn(window, "/remember_thsi oops", "unused") is None
-    window.process_events(0.1)
-    assert any("unknown command" in s for s in window.statuses)
-    assert plugin.queue.counts()["pending"] == 0
+    assert chat_turn(window, "/forget_that yes", "unused") is None
+    replies = [reply for _, reply, _ in window.wait_chat(2)]
+    assert replies[0].startswith("Unknown command /remember_thsi: use /remember_this"), replies
+    assert replies[1] == "Nothing to confirm: use /forget_that TEXT first."
+    assert any("Unknown command" in s for s in window.statuses), "the status bar says it too"
+    assert window.alerts == [] and plugin.queue.counts()["pending"] == 0
+    from memoryplus.worker.banks import MAX_NAME_CHARS
+    window.core.config.set("preset", "p" * (MAX_NAME_CHARS + 1))   # a preset no bank can be named after
+    assert chat_turn(window, "/remember_this my bike is green", "unused") is None
+    failed = window.wait_chat(3)[2]
+    assert failed[0] == "/remember_this my bike is green"
+    assert failed[1].startswith("MemoryPlus could not do that: ") and "bank name" in failed[1], failed
+    assert len(failed[1].splitlines()) == 1 and window.alerts == []
 
 
 @pytest.mark.option("auto_ingest")
@@ -288,6 +348,7 @@ def test_pygpt_start_is_not_held_up_and_early_turns_are_kept(tmp_path, monkeypat
         chat_turn(window, "/remember_this my bike is green", "", ctx_id=2)
         window.process_events(0.1)
         assert any("still starting" in s for s in window.statuses), window.statuses
+        assert window.chat and "still starting" in window.chat[-1][1], "the reply is in the chat too"
         gate.set()
         assert plugin.wait_started(60)
         settle(window, plugin)

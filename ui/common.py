@@ -22,6 +22,8 @@ from PySide6.QtGui import QPainter
 from PySide6.QtWidgets import QLabel, QSizePolicy, QSplitter, QWidget
 
 from memoryplus.worker.isodates import parse_iso
+# the one plural and one-line helpers (plain text, shared with the chat commands and the CLI)
+from memoryplus.worker.wording import one_line, plural  # noqa: F401
 
 log = logging.getLogger("memoryplus.ui")
 
@@ -178,8 +180,6 @@ def kind_label(kind: str) -> str:
     return KIND_LABELS.get(kind, kind)
 
 
-def plural(n: int, word: str, words: str | None = None) -> str:
-    return f"{n:,} {word if n == 1 else (words or word + 's')}"
 
 
 def result_validity(r: dict, as_of: datetime | None = None) -> str:
@@ -193,10 +193,6 @@ def result_validity(r: dict, as_of: datetime | None = None) -> str:
     if as_of is not None and end is not None and end > as_of:
         return f"true then; superseded {fmt_date(end)}"
     return validity(r.get("valid_at"), r.get("invalid_at"))
-
-
-def one_line(text: str) -> str:
-    return " ".join(str(text or "").split())
 
 
 def elide(text: str, n: int) -> str:

@@ -906,9 +906,12 @@ class MemoryEngine:
     async def forget(self, bank_name: str, *, last: bool = False, ids: list[str] | None = None,
                      text: str | None = None, confirm: bool = True) -> ForgetReport:
         """Forget the last turn, results by id, or memories strongly matching a text, with the
-        episodes behind them, so that the text is found nowhere in the bank afterwards.
+        episodes behind them, so that the text is found nowhere in the bank afterwards. An id
+        is a result's id or the caller's id of a turn (Turn.id: a PyGPT or ingest-file id).
 
-        For `text`, `confirm=False` only lists what would go (nothing is removed)."""
+        `confirm=False` only tells what would go (nothing is removed): for `text` the strong
+        matches; for the last turn or ids, `forgotten` (the ids found), `sources` and, in
+        `matches`, the stored turns that would be removed."""
         if sum(bool(x) for x in (last, ids, text)) != 1:
             raise EngineError("forget needs exactly one of: the last turn, ids, or a text")
         if not self.known(bank_name):
@@ -925,14 +928,18 @@ class MemoryEngine:
                 report.dry_run = True
                 return report
             ids = [m.id for m in report.matches]
+        if not confirm:
+            episodes, report.forgotten = await self._forget_targets(bank, last, ids)
+            rows = await self._episodes(bank, episodes)
+            report.sources = [EpisodeMeta.parse(r["name"], u).id for u, r in rows.items()]
+            report.matches = [SearchResult(id=u, kind="episode", text=r["content"] or "",
+                                           valid_at=_ts(r["valid_at"]),
+                                           sources=[EpisodeMeta.parse(r["name"], u).id])
+                              for u, r in rows.items()]
+            report.dry_run = True
+            return report
         async with bank.write_lock:
-            if last:
-                rows = await self._query(bank, "episodes_page", gid=bank.slug, skip=0, limit=1)
-                episodes = [r["uuid"] for r in rows]
-                report.forgotten = episodes
-            else:
-                episodes, resolved = await self._episodes_behind(bank, ids)
-                report.forgotten = [i for i in ids if i in resolved]
+            episodes, report.forgotten = await self._forget_targets(bank, last, ids)
             if episodes:
                 rows = await self._episodes(bank, episodes)
                 report.sources = [EpisodeMeta.parse(r["name"], u).id for u, r in rows.items()]
@@ -940,11 +947,25 @@ class MemoryEngine:
                 await self._checkpoint(bank)
         return report
 
+    async def _forget_targets(self, bank: Bank, last: bool, ids: list[str]) -> tuple[list[str], list[str]]:
+        """The episodes a forget removes, and the ids it found (in the caller's order)."""
+        if last:
+            rows = await self._query(bank, "episodes_page", gid=bank.slug, skip=0, limit=1)
+            episodes = [r["uuid"] for r in rows]
+            return episodes, episodes
+        episodes, resolved = await self._episodes_behind(bank, ids)
+        return episodes, [i for i in ids if i in resolved]
+
     async def _episodes_behind(self, bank: Bank, ids: list[str]) -> tuple[list[str], set[str]]:
-        """The episodes behind result ids (episode, fact or entity ids), and which ids exist."""
+        """The episodes behind result ids (episode, fact or entity ids) or turn ids (a turn's
+        caller id), and which of the ids exist."""
         ids = list(dict.fromkeys(ids))
         episodes = list((await self._episodes(bank, ids)).keys())
         resolved = set(episodes)
+        by_turn = {episode_uuid(bank.slug, i): i for i in ids if i not in resolved}
+        for uuid_ in (await self._episodes(bank, list(by_turn))).keys():
+            episodes.append(uuid_)
+            resolved.add(by_turn[uuid_])
         for r in await self._query(bank, "facts_by_uuid", uuids=ids):
             episodes.extend(r["episodes"] or [])
             resolved.add(r["uuid"])
