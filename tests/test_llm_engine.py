@@ -125,6 +125,21 @@ async def test_memory_gate_skips_small_talk_and_counts_it(make_engine, llm):
     assert (await eng.stats("p")).skipped_by_gate == 1
 
 
+async def test_the_llm_memory_gate_keeps_or_skips_each_turn_by_what_it_says(make_engine, llm):
+    """Turns the gate's rules cannot decide go to the Insight Model, which answers by their
+    content: the statement is stored, the general question skipped, each for its reason."""
+    eng = make_engine(**llm_settings(llm, memory_mode="MemoryGate"))
+    rep = await eng.ingest("p", [
+        Turn(id="keep", user="Note: the Falcon kickoff moved to Thursday.", assistant="Noted.", time=T0),
+        Turn(id="skip", user="Quick question: how long should an egg boil?", assistant="About nine minutes.",
+             time=T0)])
+    assert llm.calls["MemoryGateDecision"] == 2, "both turns were left to the LLM"
+    assert rep.stored == ["keep"], rep
+    assert rep.skipped["skip"].startswith("memory gate: ") and len(rep.skipped["skip"]) > len("memory gate: ")
+    assert (await eng.stats("p")).skipped_by_gate == 1
+    assert llm.unanswered == {}
+
+
 @pytest.mark.option("insight_model")
 @pytest.mark.option("insight_temperature")
 @pytest.mark.option("graphiti_temperature")
