@@ -27,6 +27,7 @@ def llm_settings(server, **values):
 
 
 @pytest.mark.option("extraction_engine")
+@pytest.mark.option("llm_provider")
 @pytest.mark.option("override_base_url")
 @pytest.mark.option("override_api_key")
 @pytest.mark.option("graphiti_model")
@@ -77,6 +78,10 @@ async def test_ollama_style_endpoint_with_think_blocks(make_engine, llm):
     rep = await eng.ingest("p", [Turn(id="1", user="I work at Siemens in Munich.", time=T0)])
     assert rep.stored == ["1"]
     assert any("chat/completions" in path for path, _ in llm.requests)
+    # Ollama's OpenAI-compatible endpoint takes any key; the client sends "ollama" (an
+    # openai_compatible server would get PyGPT's OpenAI key, or "none")
+    from memoryplus.testing.scripted_llm import mask_secret
+    assert llm.keys_sent_to("/chat/completions") == {mask_secret("ollama")}
     assert "Siemens" in "\n".join(r.text for r in await eng.search("p", "Siemens"))
 
 

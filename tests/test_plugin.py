@@ -111,6 +111,40 @@ def test_presets_have_their_own_banks_and_unsaved_presets_share_one(host):
     assert banks == {"work", "home", "household"}
 
 
+@pytest.mark.option("link_db_to_preset")
+def test_with_link_db_to_preset_off_every_chat_uses_the_fallback_bank(host):
+    window, plugin = host(link_db_to_preset=False)
+    chat_turn(window, "The launch code for project Falcon is 7731.", "Noted.", preset="work", ctx_id=1)
+    settle(window, plugin)
+    assert "7731" in block_of(chat_turn(window, "What is the launch code for Falcon?", "?", preset="home",
+                                        ctx_id=2)), "one bank for every preset"
+    settle(window, plugin)
+    assert {b["name"] for b in plugin.client.call("banks", {}, timeout=30)} == {"default"}
+
+
+@pytest.mark.option("search_cache_ttl")
+@pytest.mark.option("search_cache_similarity")
+def test_the_cache_ttl_and_similarity_set_are_the_ones_the_chat_uses(host):
+    """Questions with no answer store nothing, so nothing invalidates the cache between them."""
+    window, plugin = host(search_cache_ttl=0)
+    chat_turn(window, "My sister Ilse lives in Graz.", "Noted.", ctx_id=1)
+    settle(window, plugin)
+
+    def hits_after(question: str, ctx_id: int) -> int:
+        chat_turn(window, question, "", ctx_id=ctx_id)
+        window.process_events(0.05)
+        return plugin.cache.stats().get("hits", 0)
+    hits_after("Where does my sister live?", 2)
+    assert hits_after("Where does my sister live?", 3) == 0, "a TTL of 0 keeps nothing"
+    window.save_options(plugin, search_cache_ttl=45, search_cache_similarity=1.0)
+    before = hits_after("Where does my sister live?", 4)
+    assert hits_after("Where does my sister live?", 5) == before + 1, "the same question again"
+    assert hits_after("where does my sister live, please", 6) == before + 1, "similarity 1: exact only"
+    window.save_options(plugin, search_cache_similarity=0.85)
+    before = hits_after("Where does my sister live?", 7)
+    assert hits_after("where does my sister live, please", 8) == before + 1, "a near-duplicate shares it"
+
+
 @pytest.mark.option("manual_flagging")
 def test_remember_this_and_forget_that_with_confirmation(host):
     window, plugin = host()
