@@ -544,7 +544,8 @@ def phase_graphiti_baseline(server, workdir: Path, turns, n_same: int, chunk: in
         server.latency_s = latency
     if calls_same is None:
         raise RuntimeError(f"the graphiti baseline stopped after {done} turns (exit {proc.returncode})")
-    out[f"{prefix}_turns"] = done
+    out[f"{prefix}_turns"] = done       # fewer than asked: the budget ran out, or it failed
+    out[f"{prefix}_exit_code"] = proc.returncode
     if buffer_pool_mb is None:
         out["graphiti_llm_calls_per_turn"] = calls_same[0] / n_same
         out["graphiti_llm_input_tokens_per_turn"] = calls_same[1] / n_same
