@@ -5,8 +5,9 @@ Real parts throughout: PyGPT's registry, dispatcher, events and ctx items in cha
 testing/pygpt_host.py), the real plugin, real worker processes, Kuzu on disk, the local
 embedder, and the scripted LLM (testing/scripted_llm.py) with a per-call latency standing in
 for a provider. Baselines: graphiti's own `search_` in-process on the same bank with the same
-configuration; stock graphiti `add_episode` over KuzuDriver defaults (zero LLM latency, at most
-500 turns) in its own process; BM25 over the raw turns for recall.
+configuration; stock graphiti `add_episode` (zero LLM latency, at most 500 turns) in its own
+process, over KuzuDriver's default pool and again over our bounded one, against our worker with
+LLM extraction on the same turns; BM25 over the raw turns for recall.
 
     run_bench("smoke" | "quick" | "full", json_path=None) -> dict of numbers
 
@@ -66,6 +67,7 @@ TARGETS = [
     ("llm_calls_ratio_vs_graphiti", "x", "<= 1.0", lambda v: v <= 1.0),
     ("worker_rss_mb", "MB", "<= 700", lambda v: v <= 700),
     ("rss_growth_ratio_vs_graphiti", "x", "<= 0.25", lambda v: v <= 0.25),
+    ("rss_growth_ratio_vs_graphiti_bounded_pool", "x", "reported", None),
     ("persistent_vs_subprocess_speedup", "x", ">= 10", lambda v: v >= 10),
     ("plugin_load_ms", "ms", "<= 100", lambda v: v <= 100),
     ("recall_at_10", "", "> baseline", None),
@@ -167,7 +169,9 @@ def say(text: str) -> None:
 # ── the plugin under PyGPT, instrumented ───────────────────────────────────────────────
 class Probe:
     """Wraps the plugin's handle() (GUI-thread time per turn) and records, per turn, when
-    CTX_BEFORE was dispatched, when its search finished and how long the block took."""
+    CTX_BEFORE was dispatched, when its search finished and how long the block took. A turn
+    that went ahead without its memories (late) or whose search failed is recorded at the
+    bound the plugin waited, so no turn leaves the figures and none counts as fast."""
 
     def __init__(self, plugin):
         import memoryplus.plugin.plugin as mod
@@ -178,6 +182,8 @@ class Probe:
         self.t_done: dict[int, float] = {}      # id(PendingSearch) → when its results were in
         self.hit: dict[int, bool] = {}
         self.records: list[tuple[float, bool]] = []   # (CTX_BEFORE → block ready ms, cache hit)
+        self.failed: set[int] = set()           # id(PendingSearch) whose search raised
+        self.late_turns = self.failed_turns = 0
         orig_handle, orig_done, orig_inject = plugin.handle, plugin._search_done, plugin._inject
         orig_build = mod.build_block
         local = threading.local()
@@ -199,6 +205,9 @@ class Probe:
                         self.t_done.setdefault(id(p), time.perf_counter())
 
         def search_done(pending, future):
+            exc = future.exception()
+            if exc is not None and "unknown bank" not in str(exc):   # as the plugin counts errors
+                self.failed.add(id(pending))
             try:
                 return orig_done(pending, future)
             finally:
@@ -214,11 +223,23 @@ class Probe:
         def inject(ctx, prompt):
             pending = plugin._searches.get(id(ctx)) if ctx is not None else None
             local.build = None
+            late_before = plugin.counters["late"]
+            bound_ms = (mod.GUI_BUDGET_S if threading.current_thread() is threading.main_thread()
+                        else mod.INJECT_WAIT_S) * 1000
             out = orig_inject(ctx, prompt)
             t0 = self.t_before.pop(id(ctx), None) if ctx is not None else None
             hit = self.hit.pop(id(ctx), False) if ctx is not None else False
             done = self.t_done.pop(id(pending), None) if pending is not None else None
-            if t0 is not None and done is not None and local.build is not None:
+            if pending is None:
+                return out
+            if plugin.counters["late"] > late_before:
+                self.late_turns += 1
+                self.records.append((bound_ms, False))
+            elif id(pending) in self.failed:
+                self.failed_turns += 1
+                self.failed.discard(id(pending))
+                self.records.append((bound_ms, False))
+            elif t0 is not None and done is not None and local.build is not None:
                 self.records.append(((done - t0 + local.build) * 1000, hit))
             return out
 
@@ -376,9 +397,12 @@ def phase_chat(window, plugin, probe: Probe, questions, n_turns: int, n_cache: i
         hits += [ms for ms, hit in probe.records[seen:] if hit]
     out["gui_ms_per_turn_p50"] = pct(gui, 50)
     out["gui_ms_per_turn_p99"] = pct(gui, 99)
+    # over every turn: late and failed ones at the wait bound (INJECT_WAIT_S), see Probe
     out["inject_ms_p50"] = pct(inject, 50)
     out["inject_ms_p95"] = pct(inject, 95)
     out["inject_measured_turns"] = len(inject)
+    out["inject_late_turns"] = probe.late_turns
+    out["inject_failed_turns"] = probe.failed_turns
     out["cache_hit_ms_p50"] = pct(hits, 50)
     out["cache_hits_measured"] = len(hits)
     out["late_turns"] = plugin.counters.get("late", 0)
@@ -494,18 +518,24 @@ def llm_settings(base_url: str) -> dict:
 
 
 def phase_graphiti_baseline(server, workdir: Path, turns, n_same: int, chunk: int, budget_s: float,
-                            out: dict, growth: dict) -> None:
-    """Stock graphiti: `add_episode` per turn over KuzuDriver's defaults (no recycling, default
-    buffer pool), same scripted LLM at zero latency, in its own process (its RSS is its own)."""
+                            out: dict, growth: dict, buffer_pool_mb: int | None = None) -> None:
+    """Stock graphiti: `add_episode` per turn over KuzuDriver (no recycling; its default buffer
+    pool, 80% of RAM, or `buffer_pool_mb`), same scripted LLM at zero latency, in its own
+    process (its RSS is its own). It stops after turn `n_same` until its LLM calls are counted:
+    the count is of that many turns, fully done, none of the next one's."""
     latency, server.latency_s = server.latency_s, 0.0
-    args = {"base_url": server.base_url, "db": str(workdir / "graphiti-baseline" / "graph.kuzu"),
-            "turns": turns, "chunk": chunk, "budget_s": budget_s}
-    (workdir / "graphiti-baseline").mkdir(parents=True, exist_ok=True)
-    argfile = workdir / "graphiti-baseline" / "args.json"
+    name = "graphiti-baseline" if buffer_pool_mb is None else "graphiti-baseline-bounded"
+    prefix = "graphiti" if buffer_pool_mb is None else "graphiti_bounded_pool"
+    args = {"base_url": server.base_url, "db": str(workdir / name / "graph.kuzu"),
+            "turns": turns, "chunk": chunk, "budget_s": budget_s, "pause_after": n_same,
+            "buffer_pool_mb": buffer_pool_mb}
+    (workdir / name).mkdir(parents=True, exist_ok=True)
+    argfile = workdir / name / "args.json"
     argfile.write_text(json.dumps(args))
     env = {**os.environ, "GRAPHITI_TELEMETRY_ENABLED": "false"}
     proc = subprocess.Popen([sys.executable, "-c", "from memoryplus.cli.bench import _baseline_main; "
-                             "_baseline_main()", str(argfile)], stdout=subprocess.PIPE, env=env, text=True)
+                             "_baseline_main()", str(argfile)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            env=env, text=True)
     c0, tok0 = sum(server.calls.values()), server.input_tokens
     points, calls_same, done = [], None, 0
     try:
@@ -515,8 +545,10 @@ def phase_graphiti_baseline(server, workdir: Path, turns, n_same: int, chunk: in
             except ValueError:
                 continue
             done = msg["turn"]
-            if done == n_same and calls_same is None:
+            if msg.get("paused"):      # turn n_same returned; the next has not started
                 calls_same = (sum(server.calls.values()) - c0, server.input_tokens - tok0)
+                proc.stdin.write("go\n")
+                proc.stdin.flush()
             if "rss_mb" in msg:
                 points.append((done, msg["rss_mb"]))
         proc.wait(timeout=60)
@@ -526,12 +558,42 @@ def phase_graphiti_baseline(server, workdir: Path, turns, n_same: int, chunk: in
         server.latency_s = latency
     if calls_same is None:
         raise RuntimeError(f"the graphiti baseline stopped after {done} turns (exit {proc.returncode})")
-    out["graphiti_turns"] = done
-    out["graphiti_llm_calls_per_turn"] = calls_same[0] / n_same
-    out["graphiti_llm_input_tokens_per_turn"] = calls_same[1] / n_same
-    out["graphiti_rss_mb_end"] = points[-1][1] if points else float("nan")
-    out["graphiti_rss_growth_mb_per_100_turns"] = slope_per_100(points[1:])
-    growth["graphiti"] = points
+    out[f"{prefix}_turns"] = done       # fewer than asked: the budget ran out, or it failed
+    out[f"{prefix}_exit_code"] = proc.returncode
+    if buffer_pool_mb is None:
+        out["graphiti_llm_calls_per_turn"] = calls_same[0] / n_same
+        out["graphiti_llm_input_tokens_per_turn"] = calls_same[1] / n_same
+    out[f"{prefix}_rss_mb_end"] = points[-1][1] if points else float("nan")
+    out[f"{prefix}_rss_growth_mb_per_100_turns"] = slope_per_100(points[1:])
+    growth[prefix] = points
+
+
+def phase_llm_growth(server, workdir: Path, turns, chunk: int, out: dict, growth: dict) -> None:
+    """Our worker's RSS with LLM extraction over the very turns the graphiti baseline stores,
+    at the same zero LLM latency, in chunks as the baseline reports them: the like-for-like
+    side of `rss_growth_ratio_vs_graphiti` (the local-extraction growth is reported apart)."""
+    from memoryplus.config.schema import Settings
+    from memoryplus.worker.client import WorkerClient
+    latency, server.latency_s = server.latency_s, 0.0
+    client = WorkerClient(Settings(**llm_settings(server.base_url)), workdir / "llm-growth-banks",
+                          mode="persistent", app="bench-llm-growth")
+    client.start()
+    try:
+        wait_ready(client)
+        client.call("ingest", {"bank": "growth", "turns": [make_turn("warm", "Hello there.", "Hi!", 0)
+                                                          .model_dump(mode="json")]}, timeout=600)
+        points = [(0, rss_of(client))]
+        for start in range(0, len(turns), chunk):
+            part = [make_turn(t, u, a, n).model_dump(mode="json")
+                    for n, (t, u, a) in enumerate(turns[start:start + chunk], start + 1)]
+            client.call("ingest", {"bank": "growth", "turns": part}, timeout=3600)
+            points.append((start + len(part), rss_of(client)))
+    finally:
+        client.close(timeout=30)
+        server.latency_s = latency
+    out["llm_worker_rss_growth_mb_per_100_turns"] = slope_per_100(points[1:])
+    out["llm_worker_rss_mb_end"] = points[-1][1]
+    growth["ours_llm"] = points
 
 
 def _baseline_main() -> None:
@@ -556,7 +618,11 @@ async def _baseline(a: dict) -> None:
     def rss():
         return round(proc.memory_info().rss / 1048576, 1)
     llm = build_llm(Settings(**llm_settings(a["base_url"])), Credentials())
-    driver = KuzuDriver(db=a["db"])          # graphiti's defaults: buffer pool, no recycling
+    if a.get("buffer_pool_mb"):     # KuzuDriver takes no pool size: bound it as open_kuzu does
+        import graphiti_core.driver.kuzu_driver as kd
+        database, pool = kd.kuzu.Database, a["buffer_pool_mb"] * 1024 * 1024
+        kd.kuzu.Database = lambda path, *args, **kw: database(path, buffer_pool_size=pool)
+    driver = KuzuDriver(db=a["db"])          # graphiti's defaults otherwise: no recycling
     driver._database = ""                    # graphiti 0.31.2 bug: add_episode(group_id=...) reads it
     await ensure_fulltext_indexes(driver)
     g = Graphiti(graph_driver=driver, llm_client=llm, embedder=LocalEmbedder(),
@@ -572,7 +638,11 @@ async def _baseline(a: dict) -> None:
         over = time.monotonic() - start > a["budget_s"]
         if n % a["chunk"] == 0 or n == len(a["turns"]) or over:
             msg["rss_mb"] = rss()
+        if n == a.get("pause_after"):
+            msg["paused"] = True     # the parent counts this many turns' LLM calls, then says go
         print(json.dumps(msg), flush=True)
+        if msg.get("paused"):
+            sys.stdin.readline()
         if over:
             break
 
@@ -666,12 +736,23 @@ def run_bench(mode: str = "quick", json_path: str | os.PathLike | None = None, *
         say(f"LLM extraction at {z['llm_latency_s'] * 1000:.0f} ms per call")
         phase_llm(server, workdir, turns, z["llm_turns"], z["llm_busy_turns"], z["idle_searches"],
                   queries, out)
-        say("stock graphiti baseline (zero LLM latency)")
-        phase_graphiti_baseline(server, workdir, turns[:min(500, z["baseline_turns"])], z["llm_turns"],
+        say("stock graphiti baseline (zero LLM latency; Kuzu's default pool, then a bounded one)")
+        base_turns = turns[:min(500, z["baseline_turns"])]
+        phase_graphiti_baseline(server, workdir, base_turns, z["llm_turns"],
                                 z["baseline_chunk"], z["baseline_budget_s"], out, growth)
+        pool = Settings().kuzu_buffer_pool_mb            # our default pool, for the bounded run
+        phase_graphiti_baseline(server, workdir, base_turns, z["llm_turns"], z["baseline_chunk"],
+                                z["baseline_budget_s"], out, growth, buffer_pool_mb=pool)
+        out["graphiti_bounded_pool_mb"] = pool
+        say("our worker, LLM extraction, over the turns the baseline stored (zero LLM latency)")
+        phase_llm_growth(server, workdir, base_turns[:out["graphiti_turns"]], z["baseline_chunk"], out, growth)
         out["llm_calls_ratio_vs_graphiti"] = out["llm_calls_per_turn"] / out["graphiti_llm_calls_per_turn"]
-        g = out["graphiti_rss_growth_mb_per_100_turns"]
-        out["rss_growth_ratio_vs_graphiti"] = out["worker_rss_growth_mb_per_100_turns"] / g if g else float("nan")
+        # like for like: the same extraction (LLM) over the same turns; the pools differ by
+        # design (ours is bounded), so the bounded-pool graphiti run is given as well
+        ours_llm = out["llm_worker_rss_growth_mb_per_100_turns"]
+        g, gb = out["graphiti_rss_growth_mb_per_100_turns"], out["graphiti_bounded_pool_rss_growth_mb_per_100_turns"]
+        out["rss_growth_ratio_vs_graphiti"] = ours_llm / g if g else float("nan")
+        out["rss_growth_ratio_vs_graphiti_bounded_pool"] = ours_llm / gb if gb else float("nan")
     finally:
         if probe is not None:
             probe.close()
@@ -684,6 +765,8 @@ def run_bench(mode: str = "quick", json_path: str | os.PathLike | None = None, *
     out["growth"] = growth.get("points", [])
     out["rss_points_ours"] = [list(p) for p in growth.get("ours", [])]
     out["rss_points_graphiti"] = [list(p) for p in growth.get("graphiti", [])]
+    out["rss_points_graphiti_bounded_pool"] = [list(p) for p in growth.get("graphiti_bounded_pool", [])]
+    out["rss_points_ours_llm"] = [list(p) for p in growth.get("ours_llm", [])]
     print_table(out, stream)
     if json_path:
         Path(json_path).write_text(json.dumps(out, indent=2, default=float) + "\n", encoding="utf-8")

@@ -35,16 +35,29 @@ from typing import Any
 
 PRESETS = ["alpha", "beta", "gamma-Ω"]
 FAULT_KEYS = ["llm_429", "llm_500", "llm_timeout", "llm_garbage", "worker_kill", "app_restart",
-              "bank_locked", "write_error", "settings_change", "forget"]
+              "bank_locked", "write_error", "settings_change", "forget", "memory_gate"]
 SUBJECTS = ["Berlin", "Lisbon", "Acme", "Apollo", "Okafor", "Siemens", "Munich", "Falcon", "Miso"]
+# Turns of two kinds, both beyond the gate's rules (local_extract.gate_decision answers None),
+# so under MemoryGate the Insight Model (the scripted LLM) decides each by what it says:
+# a statement about the user is kept, a general question or a thanks is skipped.
+STATEMENT = "Note {marker}: I met {subject} about topic {marker} today."
+SMALL_TALK = ["Quick question {marker}: how long should an egg boil?", "Thanks {marker}, that helps!"]
+QUESTION_SHARE = 0.2
+# Drop reasons the queue gives per overflow policy (plugin/queue.py); anything else is unexplained.
+POLICY_DROP = {"drop_new": "queue full ({size})", "drop_oldest": "dropped as the oldest: queue full ({size})",
+               "block": "queue full ({size}); waited"}
+QUEUE_STOPPED = "the queue is stopped"
+_DIGITS_AS_LETTERS = str.maketrans("0123456789", "abcdefghij")
 
 
 class _TurnRec:
-    __slots__ = ("i", "bank", "turn_id", "marker", "forgotten")
+    __slots__ = ("i", "bank", "turn_id", "marker", "forgotten", "kind", "modes")
 
-    def __init__(self, i: int, bank: str, turn_id: str, marker: str):
+    def __init__(self, i: int, bank: str, turn_id: str, marker: str, kind: str = "statement", mode: str = ""):
         self.i, self.bank, self.turn_id, self.marker = i, bank, turn_id, marker
         self.forgotten = False
+        self.kind = kind            # "statement" (a gate keeps it) or "small_talk" (a gate skips it)
+        self.modes = {mode}         # the memory modes configured from its sending to the end
 
 
 class _WriteFault:
@@ -110,7 +123,7 @@ class Chaos:
         self.faults = {k: 0 for k in FAULT_KEYS}
         self.faults["llm_think"] = 0
         self.kill_where = {"ingest": 0, "search": 0}
-        self.dropped: set[tuple[str, str]] = set()
+        self.dropped: dict[tuple[str, str], str] = {}   # dropped by the queue -> its reason
         self.skipped: dict[tuple[str, str], str] = {}   # skipped by the memory mode (gate, prune)
         self.texts: list[str] = []          # statuses, alerts, errors, exception texts seen
         self.cmdlines: list[str] = []
@@ -145,6 +158,8 @@ class Chaos:
             report = sink(bank, turns)
             for tid, why in report.skipped.items():
                 self.skipped[(bank, tid)] = why
+            for tid in [*report.stored, *report.replaced]:   # a later attempt stored it after all
+                self.skipped.pop((bank, tid), None)
             return report
         plugin._ingest_batch = recording_sink      # the queue calls this instance attribute
         self.plugin = self.window.register(plugin)
@@ -197,7 +212,7 @@ class Chaos:
     def _note_drops(self) -> None:
         if self.plugin is not None and self.plugin.queue is not None:
             for d in self.plugin.queue.dropped():
-                self.dropped.add((d.bank, d.turn_id))
+                self.dropped[(d.bank, d.turn_id)] = d.reason
 
     def _stop_app(self) -> None:
         self._note_drops()
@@ -225,18 +240,21 @@ class Chaos:
         return pid
 
     # ── one turn ──────────────────────────────────────────────────────────────────────
-    def _turn(self, preset: str | None = None) -> _TurnRec:
+    def _turn(self, preset: str | None = None, kind: str | None = None) -> _TurnRec:
         from memoryplus.plugin.memory_block import TAG
         from memoryplus.testing.pygpt_host import chat_turn
         preset = preset or self.rng.choice(PRESETS)
         i = len(self.records)
         self.ctx_id += 1
-        marker = f"mk{self.seed}x{i:05d}q"
+        # letters only: Kuzu's full-text index splits words at digits ("mk7x3q" is "mk x q")
+        marker = "mk" + f"{self.seed}x{i:05d}".translate(_DIGITS_AS_LETTERS) + "q"
         subject = self.rng.choice(SUBJECTS)
-        text = f"Note {marker}: I met {subject} about topic {marker} today."
+        kind = kind or ("small_talk" if self.rng.random() < QUESTION_SHARE else "statement")
+        template = STATEMENT if kind == "statement" else self.rng.choice(SMALL_TALK)
+        text = template.format(marker=marker, subject=subject)
         self.window.core.config.set("preset", preset)
         bank = self._bank(preset)
-        rec = _TurnRec(i, bank, f"pygpt:1:{self.ctx_id}", marker)
+        rec = _TurnRec(i, bank, f"pygpt:1:{self.ctx_id}", marker, kind, self._mode())
         self.records.append(rec)
         self.by_id[(bank, rec.turn_id)] = rec
         prompt = chat_turn(self.window, text, f"Noted {subject}.", preset=preset, meta_id=1,
@@ -346,6 +364,29 @@ class Chaos:
         for _ in range(2):
             self._turn()
 
+    def _mode(self) -> str:
+        from memoryplus.config.schema import Settings
+        return self.settings.get("memory_mode") or Settings().memory_mode
+
+    def _set_mode(self, mode: str) -> None:
+        """Every turn not yet stored may be ingested under the new mode too (it is queued)."""
+        for rec in self.records:
+            rec.modes.add(mode)
+
+    def _memory_gate(self) -> None:
+        """MemoryGate on, then a turn of each kind ingested under it: the scripted LLM keeps
+        the statement and skips the small talk (the chaos checks both at the end)."""
+        self.plugin.queue.flush(timeout=120)    # turns queued before ingest under the old mode
+        change = {"memory_mode": "MemoryGate"}
+        self.settings.update(change)
+        self._set_mode("MemoryGate")
+        self.events.append((len(self.records), f"settings {change}"))
+        self.window.save_options(self.plugin, **change)
+        self.window.process_events(0.1)
+        self._turn(kind="statement")
+        self._turn(kind="small_talk")
+        self.faults["memory_gate"] += 1
+
     def _settings_change(self) -> None:
         from memoryplus.config.schema import MEMORY_MODES
         change = self.rng.choice([
@@ -357,6 +398,8 @@ class Chaos:
             {"retry_backoff_ms": self.rng.choice([100, 300])},
         ])
         self.settings.update(change)
+        if "memory_mode" in change:
+            self._set_mode(change["memory_mode"])
         self.events.append((len(self.records), f"settings {change}"))
         self.window.save_options(self.plugin, **change)
         self.faults["settings_change"] += 1
@@ -430,7 +473,7 @@ class Chaos:
     # ── the run ───────────────────────────────────────────────────────────────────────
     def _schedule(self) -> dict[int, list[str]]:
         kinds = ["429", "500", "timeout", "garbage", "think", "kill_ingest", "kill_search", "restart",
-                 "restart_locked", "write_error", "settings", "forget_cmd", "forget_id"]
+                 "restart_locked", "write_error", "settings", "forget_cmd", "forget_id", "memory_gate"]
         span = max(1, int(self.n * 0.5))
         plan: dict[int, list[str]] = {}
         for k in kinds:          # every kind once, in the first half of the run
@@ -438,7 +481,7 @@ class Chaos:
         span = max(1, int(self.n * 0.8))
         # further faults at random, about one turn in eight
         extra = ["429", "500", "timeout", "garbage", "think", "kill_ingest", "kill_search", "write_error",
-                 "settings", "forget_cmd", "forget_id", "restart"]
+                 "settings", "forget_cmd", "forget_id", "restart", "memory_gate"]
         for t in range(span):
             if self.rng.random() < 0.125:
                 plan.setdefault(t, []).append(self.rng.choice(extra))
@@ -517,10 +560,13 @@ class Chaos:
             self._settings_change()
         elif kind == "forget_cmd" or kind == "forget_id":
             self._forget()
+        elif kind == "memory_gate":
+            self._memory_gate()
 
     def _finish(self, exceptions: list[str]) -> dict:
         """Faults off, retry the failed once, flush, export and account for every turn."""
         from memoryplus.worker.banks import episode_uuid, slug
+        from memoryplus.worker.engine import COMPLETE, EpisodeMeta
         self.server.clear_faults()
         self.write_fault.until = 0.0
         self.store_fault.off()
@@ -565,45 +611,54 @@ class Chaos:
             except Exception as exc:
                 exceptions.append(f"export {bank}: {type(exc).__name__}: {exc}")
                 exports[bank] = []
-        stored = lost = duplicated = unforgotten = 0
-        dropped = failed_final = skipped = 0
+        counts = dict.fromkeys(("stored", "lost", "duplicated", "unforgotten", "dropped", "dropped_stopped",
+                                "unexplained_drops", "failed_final", "skipped", "unexplained_skips",
+                                "gate_missed", "half_written", "unsearchable", "missing", "marker_in_other_bank"), 0)
+        texts: dict[str, str] = {}
+        problems: list[str] = []
         for bank, records in exports.items():
-            ep_count: dict[str, int] = {}
+            texts[bank] = json.dumps([r for r in records if r.get("type") != "bank"], ensure_ascii=False)
+        for bank, records in exports.items():
+            complete: dict[str, int] = {}
+            pending: dict[str, int] = {}
             for r in records:
                 if r.get("type") == "episode":
-                    ep_count[r["uuid"]] = ep_count.get(r["uuid"], 0) + 1
-            texts = json.dumps([r for r in records if r.get("type") != "bank"], ensure_ascii=False)
+                    done = EpisodeMeta.parse(r.get("name"), r["uuid"]).state == COMPLETE
+                    (complete if done else pending)[r["uuid"]] = (complete if done else pending).get(r["uuid"], 0) + 1
             fact_eps = {e for r in records if r.get("type") == "fact" for e in (r.get("episodes") or [])}
             for rec in (r for r in self.records if r.bank == bank):
                 uid = episode_uuid(slug(bank), rec.turn_id)
-                n = ep_count.get(uid, 0)
+                n = complete.get(uid, 0)
+                # a turn's marker belongs in its own bank's export, never in another's
+                if any(rec.marker in texts[b] for b in exports if b != bank):
+                    counts["marker_in_other_bank"] += 1
                 if rec.forgotten:
-                    if n or uid in fact_eps or rec.marker in texts:
-                        unforgotten += 1
+                    if n or uid in pending or uid in fact_eps or rec.marker in texts[bank]:
+                        counts["unforgotten"] += 1
                     continue
                 if n > 1:
-                    duplicated += n - 1
+                    counts["duplicated"] += n - 1
                 # the same text under another id counts as a duplicate too
-                copies = sum(1 for r in records if r.get("type") == "episode"
-                             and rec.marker in (r.get("content") or "") and r["uuid"] != uid)
-                duplicated += copies
-                if n:
-                    stored += 1
-                elif (bank, rec.turn_id) in self.dropped:
-                    dropped += 1
-                elif (bank, rec.turn_id) in self.skipped:
-                    skipped += 1
-                else:
-                    lost += 1
+                counts["duplicated"] += sum(1 for r in records if r.get("type") == "episode"
+                                            and rec.marker in (r.get("content") or "") and r["uuid"] != uid)
+                outcome = self._outcome(rec, n, uid in pending)
+                if outcome == "stored" and not self._searchable(rec, exceptions):
+                    outcome = "unsearchable"
+                counts[outcome] += 1
+                if outcome not in ("stored", "dropped", "skipped"):
+                    problems.append(f"{outcome}: turn {rec.i} ({rec.kind}, {rec.turn_id}) in {bank!r}, "
+                                    f"modes {sorted(rec.modes)}, skip {self.skipped.get((bank, rec.turn_id))!r}")
+                if outcome not in ("stored", "dropped", "skipped", "gate_missed"):
+                    counts["lost"] += 1          # every other outcome is a turn the user lost
                     if (bank, rec.turn_id) in failed:
-                        failed_final += 1
-        # forgotten turns are not found by search either; nor another bank's turns
+                        counts["failed_final"] += 1
+        # forgotten turns are not found by search either
         for rec in [r for r in self.records if r.forgotten]:
             try:
                 results = self.plugin.client.call("search", {"bank": rec.bank, "query": rec.marker, "limit": 10},
                                                   timeout=60)
                 if any(rec.turn_id in (x.get("sources") or []) for x in results):
-                    unforgotten += 1
+                    counts["unforgotten"] += 1
             except Exception as exc:
                 exceptions.append(f"search: {type(exc).__name__}: {exc}")
         for bank in exports:
@@ -617,10 +672,21 @@ class Chaos:
                     exceptions.append(f"search: {type(exc).__name__}: {exc}")
         st = self.plugin.client.status()
         return {
-            "seed": self.seed, "turns": len(self.records), "stored": stored, "dropped_by_policy": dropped,
-            "failed_final": failed_final, "skipped_by_mode": skipped, "lost": lost, "duplicated": duplicated,
-            "cross_bank_leaks": self.cross_bank_leaks, "unforgotten": unforgotten,
+            "seed": self.seed, "turns": len(self.records), "stored": counts["stored"],
+            "dropped_by_policy": counts["dropped"], "dropped_queue_stopped": counts["dropped_stopped"],
+            "unexplained_drops": counts["unexplained_drops"], "failed_final": counts["failed_final"],
+            "skipped_by_mode": counts["skipped"], "unexplained_skips": counts["unexplained_skips"],
+            "gate_missed": counts["gate_missed"], "half_written": counts["half_written"],
+            "unsearchable": counts["unsearchable"], "lost": counts["lost"], "duplicated": counts["duplicated"],
+            "cross_bank_leaks": self.cross_bank_leaks + counts["marker_in_other_bank"],
+            "unforgotten": counts["unforgotten"],
             "forgotten": sum(1 for r in self.records if r.forgotten),
+            "turns_by_kind": {k: sum(1 for r in self.records if r.kind == k) for k in ("statement", "small_talk")},
+            "gate_llm_calls": int(self.server.calls.get("MemoryGateDecision", 0)),
+            "gate_decisions": {"keep": int(self.server.brain.gate_decisions[True]),
+                               "skip": int(self.server.brain.gate_decisions[False])},
+            "unanswered_schemas": dict(self.server.unanswered),
+            "problems": problems,
             "faults": dict(self.faults), "worker_kills": dict(self.kill_where),
             "llm_faults_applied": {k: int(v) for k, v in self.server.faults_applied.items()},
             "spool_write_errors_injected": self.write_fault.hits,
@@ -629,6 +695,41 @@ class Chaos:
             "worker_restarts": st.get("restarts"), "worker_rss_mb": st.get("rss_mb"),
             "events": [f"turn {t}: {e}" for t, e in self.events],
         }
+
+    def _outcome(self, rec: _TurnRec, complete: int, pending: bool) -> str:
+        """What became of a turn not forgotten, each drop and skip checked against its cause."""
+        key = (rec.bank, rec.turn_id)
+        if complete:
+            if rec.kind == "small_talk" and rec.modes == {"MemoryGate"}:
+                return "gate_missed"       # the gate was on all along and should have skipped it
+            return "stored"
+        if pending:
+            return "half_written"          # written, never completed: not a memory
+        if key in self.dropped:
+            reason = self.dropped[key]
+            if reason == QUEUE_STOPPED:    # a turn sent while the app was up must not meet a stopped queue
+                return "dropped_stopped"
+            policy = self.settings.get("overflow_policy", "drop_new")
+            size = self.settings.get("queue_size")
+            return "dropped" if reason.startswith(POLICY_DROP[policy].format(size=size)) else "unexplained_drops"
+        if key in self.skipped:
+            why = self.skipped[key]
+            # only MemoryGate skips here (chaos never turns auto_prune on, never sends an empty
+            # turn), and only small talk, and only if the gate was on at some point after it was sent
+            if why.startswith("memory gate:") and rec.kind == "small_talk" and "MemoryGate" in rec.modes:
+                return "skipped"
+            return "unexplained_skips"
+        return "missing"
+
+    def _searchable(self, rec: _TurnRec, exceptions: list[str]) -> bool:
+        """A stored turn is found by a search for its marker (a pending one would not be)."""
+        try:
+            results = self.plugin.client.call("search", {"bank": rec.bank, "query": rec.marker, "limit": 10},
+                                              timeout=60)
+        except Exception as exc:
+            exceptions.append(f"search: {type(exc).__name__}: {exc}")
+            return False
+        return any(rec.turn_id in (x.get("sources") or []) for x in results)
 
     def _orphans(self) -> int:
         time.sleep(0.5)
@@ -710,19 +811,26 @@ def run_chaos(turns: int = 200, seed: int = 1, json_path: str | os.PathLike | No
 
 
 def print_result(result: dict, out=sys.stdout) -> None:
-    keys = ["turns", "stored", "dropped_by_policy", "skipped_by_mode", "failed_final", "lost", "duplicated",
-            "cross_bank_leaks", "unforgotten", "secret_leaks", "orphan_processes"]
+    keys = ["turns", "stored", "dropped_by_policy", "skipped_by_mode", "forgotten", *MUST_BE_ZERO, "failed_final"]
     for k in keys:
         print(f"{k:>18}: {result.get(k)}", file=out)
     print(f"{'faults':>18}: " + ", ".join(f"{k}={v}" for k, v in result["faults"].items()), file=out)
     print(f"{'write errors':>18}: spool {result.get('spool_write_errors_injected')}, "
           f"store {result.get('store_write_errors_injected')}", file=out)
+    print(f"{'memory gate':>18}: {result.get('gate_llm_calls')} LLM calls, {result.get('gate_decisions')}", file=out)
     print(f"{'seed':>18}: {result.get('seed')}   ({result.get('seconds')} s)", file=out)
     if result.get("exceptions"):
         print(f"{'exceptions':>18}: " + "; ".join(result["exceptions"][:5]), file=out)
 
 
+# Each a failure: `lost` counts every turn neither stored (complete and searchable) nor dropped
+# or skipped for a cause the configured policy and mode explain; the others say why.
+MUST_BE_ZERO = ("lost", "half_written", "unsearchable", "unexplained_drops", "dropped_queue_stopped",
+                "unexplained_skips", "gate_missed", "duplicated", "cross_bank_leaks", "unforgotten",
+                "secret_leaks", "orphan_processes")
+
+
 def ok(result: dict) -> bool:
-    return (all(result[k] == 0 for k in ("lost", "duplicated", "cross_bank_leaks", "unforgotten",
-                                         "secret_leaks", "orphan_processes"))
+    return (all(result[k] == 0 for k in MUST_BE_ZERO) and not result["exceptions"]
+            and not result["unanswered_schemas"]
             and all(result["faults"][k] >= 1 for k in FAULT_KEYS))

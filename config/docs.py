@@ -15,8 +15,10 @@ from memoryplus.config.schema import TABS, options
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def proving_tests(tests_dir: Path = ROOT / "tests") -> dict[str, list[str]]:
-    found: dict[str, list[str]] = {}
+def proofs(tests_dir: Path = ROOT / "tests") -> dict[str, list[tuple[str, str | None]]]:
+    """Option id -> (test id, what it needs to run or None) for each test marked as proving it;
+    `@pytest.mark.option("x", needs="NEO4J_URI")` marks a test that runs only where it is set."""
+    found: dict[str, list[tuple[str, str | None]]] = {}
     for path in sorted(tests_dir.glob("test_*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in ast.walk(tree):
@@ -26,7 +28,10 @@ def proving_tests(tests_dir: Path = ROOT / "tests") -> dict[str, list[str]]:
                 if (isinstance(dec, ast.Call) and isinstance(dec.func, ast.Attribute)
                         and dec.func.attr == "option" and dec.args
                         and isinstance(dec.args[0], ast.Constant)):
-                    found.setdefault(dec.args[0].value, []).append(f"tests/{path.name}::{node.name}")
+                    needs = next((k.value.value for k in dec.keywords
+                                  if k.arg == "needs" and isinstance(k.value, ast.Constant)), None)
+                    found.setdefault(dec.args[0].value, []).append(
+                        (f"tests/{path.name}::{node.name}", needs))
     return found
 
 
@@ -50,18 +55,21 @@ def _default(o) -> str:
 
 
 def render() -> str:
-    tests = proving_tests()
+    tests = proofs()
     lines = ["# MemoryPlus settings", "",
              "Generated from `config/schema.py` by `python -m memoryplus.config.docs`; do not edit by hand.",
              "Each option shows where it lives in PyGPT (Plugins → Settings… → MemoryPlus, on its tab), "
-             "what it does, and the test that proves it does it — or the issue that will.", ""]
+             "what it does, and the test that proves it does it — or the issue that will. "
+             "`python scripts/check_option_proofs.py` checks each proof: it removes the option's "
+             "effect in a scratch copy and expects a named test to fail.", ""]
     for tab, title in TABS.items():
         lines += [f"## {title}", "", "| Option | id | Default | Range | What it does | Proven by |",
                   "|---|---|---|---|---|---|"]
         for o in options():
             if o.tab != tab:
                 continue
-            proof = "<br>".join(f"`{t}`" for t in tests.get(o.id, [])) or f"not yet (issue #{o.issue})"
+            proof = "<br>".join(f"`{t}`" + (f" (runs only when {needs} is set)" if needs else "")
+                                for t, needs in tests.get(o.id, [])) or f"not yet (issue #{o.issue})"
             desc = o.description.replace("|", "\\|").replace("\n", " ")
             lines.append(f"| {o.label} | `{o.id}` | {_default(o)} | {_range(o)} | {desc} | {proof} |")
         lines.append("")

@@ -59,6 +59,7 @@ __all__ = [
     'ScriptedLLMServer',
     'embed_text',
     'last_user_text',
+    'mask_secret',
     'minimal_instance',
     'request_text',
     'main',
@@ -931,9 +932,12 @@ class ScriptedBrain:
         self._lock = threading.Lock()
         # fact text key -> triples this brain produced for it (used by EdgeDuplicate)
         self._fact_triples: dict[str, set[tuple[str, str, str]]] = {}
+        self.gate_decisions: Counter = Counter()   # True (keep) / False (skip) -> count
+        self.unanswered: Counter = Counter()       # schema name -> minimal-instance answers
 
     # -- entry point ------------------------------------------------------------------
-    def answer(self, name: str | None, schema: dict | None, prompt: str) -> Any:
+    def answer(self, name: str | None, schema: dict | None, prompt: str, turn: str | None = None) -> Any:
+        """`turn`: the text of the request's first user message (what a gate decides on)."""
         handler = {
             'ExtractedEntities': self.extracted_entities,
             'NodeResolutions': self.node_resolutions,
@@ -949,15 +953,52 @@ class ScriptedBrain:
             'SummaryDescription': self.summary_description,
             'CombinedExtraction': self.combined_extraction,
         }.get(name or '')
-        if handler is not None:
+        if name == 'MemoryGateDecision':    # MemoryPlus's own call (worker/llm_calls.py)
+            result = self.memory_gate(turn if turn is not None else prompt, schema)
+        elif handler is not None:
             result = handler(prompt)
         elif schema is not None:
+            with self._lock:      # a schema nobody answers: counted, so a run can require none
+                self.unanswered[name or '?'] += 1
             result = minimal_instance(schema)
         else:
             result = {}
         if schema is not None:
             result = fill_required(result, schema)
         return result
+
+    # -- MemoryPlus's own calls -------------------------------------------------------
+    def memory_gate(self, turn: str, schema: dict | None) -> dict:
+        """A keep/skip decision read from the turn itself, as a model would judge it: keep a
+        turn whose first speaker states something (about themselves, or naming someone or
+        something), skip one that only asks a general question or makes small talk. The
+        answer fills the schema's boolean (the decision) and string (the reason) fields."""
+        lines = [ln for ln in _norm_text(turn or '').splitlines()
+                 if not re.fullmatch(r'\s*</?[A-Za-z_][\w -]*>\s*', ln)]   # wrapper tags
+        utterances = parse_conversation('\n'.join(lines))
+        speaker = utterances[0].speaker if utterances else None
+        own = [u.text for u in utterances if u.speaker == speaker]
+        keep, reason = False, 'small talk'
+        for sentence in (s for text in own for s in split_sentences(text)):
+            if sentence.rstrip().endswith('?'):
+                reason = 'a general question'
+                continue
+            words = [w.lower() for w in _words(sentence)]
+            named = [n for n, start, _end in capitalised_phrases(sentence) if start > 0]
+            if any(w in _FIRST_PERSON for w in words):
+                keep, reason = True, 'something about the speaker'
+                break
+            if named:
+                keep, reason = True, f'something about {named[0]}'
+                break
+        with self._lock:
+            self.gate_decisions[keep] += 1
+        props = (schema or {}).get('properties') or {}
+        flag = next((k for k, v in props.items() if isinstance(v, dict) and v.get('type') == 'boolean'),
+                    'remember')
+        why = next((k for k, v in props.items() if isinstance(v, dict) and v.get('type') == 'string'),
+                   'reason')
+        return {flag: keep, why: reason}
 
     # -- shared pieces ----------------------------------------------------------------
     @staticmethod
@@ -1296,12 +1337,35 @@ def request_text(body: dict) -> str:
     return '\n\n'.join(t for _r, t in _messages_of(body) if t)
 
 
+def _first_user_text(body: dict) -> str:
+    """The first user message: what a request is about (a client's retry appends its error
+    note as a later user message, e.g. graphiti's after an answer that was not valid JSON)."""
+    return next((text for role, text in _messages_of(body) if role == 'user'), '')
+
+
 def last_user_text(body: dict) -> str:
     """Text of the last user message of a chat-completions / responses request."""
     for role, text in reversed(_messages_of(body)):
         if role == 'user':
             return text
     return ''
+
+
+def mask_secret(value: str) -> str:
+    """How a recorded key is shown: its first 3 and last 4 characters and a short digest,
+    enough to tell two keys apart, never the key."""
+    digest = hashlib.sha256(value.encode('utf-8')).hexdigest()[:8]
+    return f'{value[:3]}…{value[-4:]}#{digest}' if len(value) > 12 else f'…#{digest}'
+
+
+def _bearer(headers: Any) -> str | None:
+    """The API key of a request: `Authorization: Bearer <key>` (OpenAI), else `api-key`."""
+    if headers is None:
+        return None
+    auth = headers.get('Authorization') or ''
+    if auth.lower().startswith('bearer '):
+        return auth[7:].strip() or None
+    return headers.get('api-key') or headers.get('x-goog-api-key') or None
 
 
 def _default_chat_reply(body: dict) -> str:
@@ -1439,7 +1503,7 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802
         owner = self.server.owner
         route = self._route()
-        owner._record(self.path, None)
+        owner._record(self.path, None, self.headers)
         if route == '/models':
             self._send_json(200, {'object': 'list', 'data': [owner._model_card(m) for m in owner.model_ids]})
         elif route.startswith('/models/'):
@@ -1457,10 +1521,10 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             body = json.loads(raw or b'{}')
         except ValueError:
-            owner._record(self.path, None)
+            owner._record(self.path, None, self.headers)
             self._send_error_json(400, 'Body is not valid JSON', 'invalid_request_error')
             return
-        owner._record(self.path, body)
+        owner._record(self.path, body, self.headers)
         if not isinstance(body, dict):
             self._send_error_json(400, 'Body must be a JSON object', 'invalid_request_error')
             return
@@ -1515,7 +1579,7 @@ class _Handler(BaseHTTPRequestHandler):
         logprobs = None
         if structured:
             try:
-                answer = owner.brain.answer(name, schema, prompt)
+                answer = owner.brain.answer(name, schema, prompt, turn=_first_user_text(body))
             except Exception as exc:  # never fail the request because of a heuristic
                 log.exception('scripted brain failed for %s', name)
                 owner._brain_error(name, exc)
@@ -1740,6 +1804,7 @@ class ScriptedLLMServer:
         self.base_url: str | None = None
         self._lock = threading.Lock()
         self._requests: list[tuple[str, Any]] = []
+        self._keys: list[tuple[str, str | None]] = []   # (path, masked API key), as requests
         self._calls: Counter = Counter()
         self._tokens_by_name: Counter = Counter()
         self._input_tokens = 0
@@ -1837,11 +1902,14 @@ class ScriptedLLMServer:
         self._stopping.wait(max(0.0, seconds))
 
     # -- recording --------------------------------------------------------------------
-    def _record(self, path: str, body: Any) -> None:
+    def _record(self, path: str, body: Any, headers: Any = None) -> None:
+        key = _bearer(headers)
         with self._lock:
             self._requests.append((path, body))
+            self._keys.append((path, mask_secret(key) if key else None))
             if self.max_recorded and len(self._requests) > self.max_recorded:
                 del self._requests[: len(self._requests) - self.max_recorded]
+                del self._keys[: len(self._keys) - self.max_recorded]
 
     def _count(self, name: str, input_tokens: int, embedding_tokens: int = 0) -> None:
         with self._lock:
@@ -1858,6 +1926,17 @@ class ScriptedLLMServer:
     def requests(self) -> list[tuple[str, Any]]:
         with self._lock:
             return list(self._requests)
+
+    @property
+    def api_keys(self) -> list[tuple[str, str | None]]:
+        """(path, masked API key the request carried, or None) per recorded request; the key
+        itself is never kept (compare with ``mask_secret(expected)``)."""
+        with self._lock:
+            return list(self._keys)
+
+    def keys_sent_to(self, route: str) -> set[str | None]:
+        """The masked keys of the requests whose path ends with `route` ('/embeddings', ...)."""
+        return {k for p, k in self.api_keys if urlsplit(p).path.rstrip('/').endswith(route)}
 
     @property
     def calls(self) -> Counter:
@@ -1880,6 +1959,12 @@ class ScriptedLLMServer:
             return self._embedding_tokens
 
     @property
+    def unanswered(self) -> Counter:
+        """Schemas answered only with a minimal valid instance (no handler knows them)."""
+        with self.brain._lock:
+            return Counter(self.brain.unanswered)
+
+    @property
     def brain_errors(self) -> list[tuple[str | None, str]]:
         with self._lock:
             return list(self._brain_errors)
@@ -1888,6 +1973,7 @@ class ScriptedLLMServer:
         """Forget recorded requests, counters and queued faults (not the brain's memory)."""
         with self._lock:
             self._requests.clear()
+            self._keys.clear()
             self._calls.clear()
             self._tokens_by_name.clear()
             self._input_tokens = 0
@@ -1895,6 +1981,9 @@ class ScriptedLLMServer:
             self._faults.clear()
             self._faults_applied.clear()
             self._brain_errors.clear()
+        with self.brain._lock:
+            self.brain.unanswered.clear()
+            self.brain.gate_decisions.clear()
 
     # -- helpers used by the handler --------------------------------------------------
     @staticmethod

@@ -5,6 +5,7 @@ import re
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from memoryplus.config import schema
 from memoryplus.config.schema import Settings, SettingsError, validate, validate_lenient
@@ -95,9 +96,9 @@ def test_options_and_defaults_need_no_pydantic_and_settings_is_built_from_them()
     for info in schema.options():
         field = Settings.model_fields[info.id]
         assert field.description == info.description and field.json_schema_extra["label"] == info.label
-    with pytest.raises(Exception):
+    with pytest.raises(ValidationError, match="context_limit"):
         Settings(context_limit=0)
     s = Settings()
-    with pytest.raises(Exception):      # validate_assignment, as before
+    with pytest.raises(ValidationError, match="batch_size"):      # validate_assignment, as before
         s.batch_size = 0
     assert Settings(unknown_option=1).model_dump() == schema.defaults()   # extra="ignore"

@@ -13,7 +13,7 @@ import pytest
 from memoryplus.worker.banks import episode_uuid, slug
 from memoryplus.worker.engine import EmbeddingMismatchError, EngineError, UnknownBankError
 from memoryplus.worker.records import Turn
-from memoryplus.worker.store import BankLockedError
+from memoryplus.worker.store import BankLockedError, StoreError
 
 T0 = datetime(2025, 1, 1, 12, tzinfo=timezone.utc)
 BANK = "current.chat"
@@ -302,6 +302,16 @@ async def test_prune_counts_words_without_role_labels(make_engine):
     assert (await plain.stats(BANK)).episodes == 1
 
 
+@pytest.mark.option("low_value_threshold")
+async def test_the_threshold_sets_how_many_words_a_turn_needs(make_engine, tmp_path):
+    turns = [Turn(id="1", user="I live in Berlin"), Turn(id="2", user="My sister Ilse lives in Graz")]
+    strict = make_engine(tmp_path / "strict", auto_prune=True, low_value_threshold=6)
+    rep = await strict.ingest(BANK, turns)
+    assert list(rep.skipped) == ["1"] and rep.stored == ["2"]
+    lenient = make_engine(tmp_path / "lenient", auto_prune=True, low_value_threshold=2)
+    assert (await lenient.ingest(BANK, turns)).stored == ["1", "2"]
+
+
 @pytest.mark.option("memory_expiry_days")
 async def test_expiry_counts_from_when_stored_not_the_conversation_date(make_engine):
     eng = make_engine(memory_expiry_days=30)
@@ -309,6 +319,38 @@ async def test_expiry_counts_from_when_stored_not_the_conversation_date(make_eng
     await eng.ingest(BANK, [old_conversation])
     assert await eng.expire(BANK) == 0, "imported old chats do not vanish at the next check"
     assert await eng.expire(BANK, days=0) == 0, "0 disables expiry"
+
+
+@pytest.mark.option("memory_expiry_days")
+async def test_a_memory_stored_longer_ago_than_the_expiry_is_deleted(make_engine):
+    """A bank restored from a backup made 40 days ago: with a 30-day expiry, the turn stored
+    then goes (its facts with it), the one stored today stays; 0 keeps both."""
+    eng = make_engine(memory_expiry_days=30)
+    await eng.ingest("today", [Turn(id="old", user="My locker code is amber falcon."),
+                               Turn(id="new", user="I live in Berlin.")])
+    backup = await eng.export("today")
+    stored_then = (datetime.now(timezone.utc) - timedelta(days=40)).isoformat()
+    for record in backup:
+        if record["type"] == "episode" and json.loads(record["name"])["id"] == "old":
+            record["created_at"] = stored_then
+    await eng.import_("restored", backup)
+    assert await eng.expire("restored", days=0) == 0, "0 keeps memories forever"
+    assert await eng.expire("restored") == 1
+    left = [e["source"] for e in await eng.browse("restored", "episodes")]
+    assert left == ["new"], left
+    found = await eng.search("restored", "locker code amber falcon")
+    assert not any("old" in r.sources for r in found), texts(found)
+    assert "Berlin" in texts(await eng.search("restored", "where do I live"))
+
+
+@pytest.mark.option("kuzu_buffer_pool_mb")
+async def test_a_bank_opens_with_the_configured_buffer_pool_and_reopens_on_a_change(make_engine):
+    eng = make_engine(kuzu_buffer_pool_mb=96)
+    await eng.ingest(BANK, [turn(1, "I live in Berlin")])
+    assert eng.banks[BANK].driver.db.buffer_pool_size == 96 * 1024 * 1024
+    await eng.update_settings(eng.settings.model_copy(update={"kuzu_buffer_pool_mb": 128}))
+    assert "Berlin" in texts(await eng.search(BANK, "Berlin"))
+    assert eng.banks[BANK].driver.db.buffer_pool_size == 128 * 1024 * 1024
 
 
 @pytest.mark.option("max_memory_length")
@@ -334,7 +376,6 @@ async def test_tags_follow_the_settings(make_engine, tmp_path):
     assert not any(t.startswith(("emotion:", "topic:")) for t in tags)
 
 
-@pytest.mark.option("kuzu_buffer_pool_mb")
 async def test_bank_closes_releasing_its_lock_and_reopens(engine):
     await engine.ingest(BANK, [turn(1, "I live in Berlin")])
     bank_dir = engine.banks[BANK].dir
@@ -342,6 +383,44 @@ async def test_bank_closes_releasing_its_lock_and_reopens(engine):
     await engine.close()
     assert not (bank_dir / "owner.json").exists()
     assert "Berlin" in texts(await engine.search(BANK, "Berlin"))
+
+
+@pytest.mark.option("backend")
+@pytest.mark.option("neo4j_uri")
+async def test_the_neo4j_backend_goes_to_the_configured_server_and_not_to_kuzu(make_engine, tmp_path):
+    """No Neo4j here (tests/test_neo4j.py runs against one when NEO4J_URI is set): a listener
+    on the loopback address stands in for the server. Backend neo4j connects to the URI set,
+    says so clearly when the server does not answer Bolt, never echoes the password, and
+    writes no Kuzu bank."""
+    import socket
+    import threading
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    listener.settimeout(20)
+    handshakes: list[bytes] = []
+
+    def serve():
+        try:
+            while True:
+                conn, _ = listener.accept()
+                with conn:
+                    handshakes.append(conn.recv(4))
+                    conn.sendall(bytes(4))          # "no Bolt version in common": not a server of ours
+        except OSError:
+            pass
+    threading.Thread(target=serve, daemon=True).start()
+    uri = f"bolt://127.0.0.1:{listener.getsockname()[1]}"
+    password = "neo4jPw-never-echoed-7c1f"
+    eng = make_engine(tmp_path / "data", backend="neo4j", neo4j_uri=uri, neo4j_password=password)
+    try:
+        with pytest.raises(StoreError) as info:
+            await eng.ingest(BANK, [turn(1, "I live in Berlin")])
+    finally:
+        listener.close()
+    assert handshakes and handshakes[0] == bytes.fromhex("6060b017"), "Bolt's magic reached the URI set"
+    assert str(info.value).startswith(f"cannot connect to Neo4j at {uri}") and password not in str(info.value)
+    assert not (tmp_path / "data" / "kuzu").exists() or not any((tmp_path / "data" / "kuzu").iterdir())
 
 
 @pytest.mark.option("backend")

@@ -6,6 +6,7 @@ import json
 from datetime import datetime, timedelta, timezone
 
 import pytest
+from graphiti_core.llm_client.errors import RateLimitError
 
 from memoryplus.testing.scripted_llm import ScriptedLLMServer
 from memoryplus.worker.records import Credentials, Turn
@@ -26,6 +27,7 @@ def llm_settings(server, **values):
 
 
 @pytest.mark.option("extraction_engine")
+@pytest.mark.option("llm_provider")
 @pytest.mark.option("override_base_url")
 @pytest.mark.option("override_api_key")
 @pytest.mark.option("graphiti_model")
@@ -76,6 +78,10 @@ async def test_ollama_style_endpoint_with_think_blocks(make_engine, llm):
     rep = await eng.ingest("p", [Turn(id="1", user="I work at Siemens in Munich.", time=T0)])
     assert rep.stored == ["1"]
     assert any("chat/completions" in path for path, _ in llm.requests)
+    # Ollama's OpenAI-compatible endpoint takes any key; the client sends "ollama" (an
+    # openai_compatible server would get PyGPT's OpenAI key, or "none")
+    from memoryplus.testing.scripted_llm import mask_secret
+    assert llm.keys_sent_to("/chat/completions") == {mask_secret("ollama")}
     assert "Siemens" in "\n".join(r.text for r in await eng.search("p", "Siemens"))
 
 
@@ -90,7 +96,7 @@ async def test_a_failed_llm_call_leaves_nothing_half_stored(make_engine, llm):
     eng = make_engine(**llm_settings(llm))
     await eng.ingest("p", [Turn(id="1", user="I live in Berlin.", time=T0)])
     llm.inject("429", count=100, retry_after=0)
-    with pytest.raises(Exception):
+    with pytest.raises(RateLimitError):     # graphiti's, after the client's own retries
         await eng.ingest("p", [Turn(id="2", user="I work at Siemens in Munich.", time=T0)])
     llm.clear_faults()
     rep = await eng.ingest("p", [Turn(id="2", user="I work at Siemens in Munich.", time=T0)])
@@ -100,20 +106,51 @@ async def test_a_failed_llm_call_leaves_nothing_half_stored(make_engine, llm):
     assert all(e["complete"] for e in await eng.browse("p", "episodes"))
 
 
-@pytest.mark.option("embedding_provider")
 @pytest.mark.option("embedding_base_url")
 @pytest.mark.option("embedding_api_key")
 @pytest.mark.option("embedding_model")
+@pytest.mark.option("extraction_engine")
 async def test_remote_embeddings_use_their_own_endpoint(make_engine, llm):
     eng = make_engine(extraction_engine="local", embedding_provider="openai", embedding_base_url=llm.base_url,
-                      embedding_api_key="sk-embed-bbbbbbbbbbbbbbbbbbbb", embedding_model="text-embedding-3-small",
+                      embedding_api_key="sk-embed-bbbbbbbbbbbbbbbbbbbb", embedding_model="text-embedding-3-large",
                       override_base_url="http://127.0.0.1:9/never-used")
     await eng.ingest("p", [Turn(id="1", user="I live in Berlin.", time=T0)])
     assert llm.calls["embeddings"] >= 1
+    assert {b["model"] for p, b in llm.requests if p.endswith("/embeddings")} == {"text-embedding-3-large"}
     stats = await eng.stats("p")
     # The bank records the size the server really returned (the scripted one gives 384).
-    assert stats.embedder == "openai:text-embedding-3-small:384" and stats.embedding_dim == 384
-    assert stats.llm_calls == 0
+    assert stats.embedder == "openai:text-embedding-3-large:384" and stats.embedding_dim == 384
+    assert stats.llm_calls == 0, "local extraction, though an LLM endpoint is configured"
+
+
+@pytest.mark.option("embedding_provider")
+async def test_the_embedding_provider_chosen_wins_over_a_configured_key(make_engine, llm, tmp_path):
+    key = dict(embedding_base_url=llm.base_url, embedding_api_key="sk-embed-bbbbbbbbbbbbbbbbbbbb")
+    local = make_engine(tmp_path / "local", embedding_provider="local", **key)
+    await local.ingest("p", [Turn(id="1", user="I live in Berlin.", time=T0)])
+    assert not (await local.stats("p")).embedder.startswith("openai:") and llm.calls["embeddings"] == 0
+    remote = make_engine(tmp_path / "remote", embedding_provider="openai", **key)
+    await remote.ingest("p", [Turn(id="1", user="I live in Berlin.", time=T0)])
+    assert (await remote.stats("p")).embedder.startswith("openai:") and llm.calls["embeddings"] >= 1
+
+
+@pytest.mark.option("override_api_key")
+@pytest.mark.option("embedding_api_key")
+async def test_each_key_is_sent_to_its_own_endpoint(make_engine, llm):
+    """Override API Key goes to the Graphiti model's endpoint, Embedding API Key to the
+    embeddings', PyGPT's own key to neither: the scripted server records (masked) the key of
+    every request. A real provider's check of a key cannot run here; this is as close as it gets."""
+    from memoryplus.testing.scripted_llm import mask_secret
+    override, embed, pygpt = ("sk-override-1111111111111111", "sk-embed-2222222222222222",
+                              "sk-pygpt-3333333333333333")
+    eng = make_engine(credentials=Credentials(openai_api_key=pygpt, model_provider="openai"),
+                      **{**llm_settings(llm), "override_api_key": override, "embedding_provider": "openai",
+                         "embedding_base_url": llm.base_url, "embedding_api_key": embed})
+    rep = await eng.ingest("p", [Turn(id="1", user="I live in Berlin.", assistant="Nice.", time=T0)])
+    assert rep.stored == ["1"]
+    assert llm.keys_sent_to("/responses") == {mask_secret(override)}
+    assert llm.keys_sent_to("/embeddings") == {mask_secret(embed)}
+    assert mask_secret(pygpt) not in {k for _, k in llm.api_keys}
 
 
 async def test_memory_gate_skips_small_talk_and_counts_it(make_engine, llm):
@@ -123,6 +160,21 @@ async def test_memory_gate_skips_small_talk_and_counts_it(make_engine, llm):
     assert "1" in rep.skipped and "memory gate" in rep.skipped["1"]
     assert rep.stored == ["2"]
     assert (await eng.stats("p")).skipped_by_gate == 1
+
+
+async def test_the_llm_memory_gate_keeps_or_skips_each_turn_by_what_it_says(make_engine, llm):
+    """Turns the gate's rules cannot decide go to the Insight Model, which answers by their
+    content: the statement is stored, the general question skipped, each for its reason."""
+    eng = make_engine(**llm_settings(llm, memory_mode="MemoryGate"))
+    rep = await eng.ingest("p", [
+        Turn(id="keep", user="Note: the Falcon kickoff moved to Thursday.", assistant="Noted.", time=T0),
+        Turn(id="skip", user="Quick question: how long should an egg boil?", assistant="About nine minutes.",
+             time=T0)])
+    assert llm.calls["MemoryGateDecision"] == 2, "both turns were left to the LLM"
+    assert rep.stored == ["keep"], rep
+    assert rep.skipped["skip"].startswith("memory gate: ") and len(rep.skipped["skip"]) > len("memory gate: ")
+    assert (await eng.stats("p")).skipped_by_gate == 1
+    assert llm.unanswered == {}
 
 
 @pytest.mark.option("insight_model")

@@ -17,10 +17,11 @@ pytestmark = pytest.mark.skipif(not URI, reason="NEO4J_URI is not set: no Neo4j 
 T0 = datetime(2025, 1, 1, tzinfo=timezone.utc)
 
 
-@pytest.mark.option("neo4j_uri")
-@pytest.mark.option("neo4j_user")
-@pytest.mark.option("neo4j_password")
-@pytest.mark.option("neo4j_database")
+@pytest.mark.option("backend", needs="NEO4J_URI")
+@pytest.mark.option("neo4j_uri", needs="NEO4J_URI")
+@pytest.mark.option("neo4j_user", needs="NEO4J_URI")
+@pytest.mark.option("neo4j_password", needs="NEO4J_URI")
+@pytest.mark.option("neo4j_database", needs="NEO4J_URI")
 async def test_neo4j_bank_roundtrip_isolation_and_forget(tmp_path):
     settings = Settings(backend="neo4j", neo4j_uri=URI, neo4j_user=os.environ.get("NEO4J_USER", "neo4j"),
                         neo4j_password=os.environ.get("NEO4J_PASSWORD", "password"),

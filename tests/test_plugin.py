@@ -50,7 +50,6 @@ def test_every_option_is_on_its_tab_with_the_right_widget(host):
 
 
 @pytest.mark.option("inject_context")
-@pytest.mark.option("context_limit")
 def test_a_later_turn_recalls_an_earlier_one_in_the_same_turn(host):
     window, plugin = host()
     first = chat_turn(window, "I live in Berlin and my dentist is Dr Okafor.", "Noted!", ctx_id=1)
@@ -65,10 +64,42 @@ def test_a_later_turn_recalls_an_earlier_one_in_the_same_turn(host):
     assert block_of(chat_turn(window, "Who is my dentist again?", "Dr Okafor.", ctx_id=3)) == ""
 
 
+@pytest.mark.option("context_limit")
+def test_the_injected_block_holds_at_most_context_limit_memories(host):
+    window, plugin = host(context_limit=2)
+    family = [("sister Ilse", "Graz"), ("brother Tomas", "Brno"), ("aunt Greta", "Cork"),
+              ("uncle Imre", "Turku"), ("cousin Lena", "Lyon")]
+    for i, (who, city) in enumerate(family, start=1):
+        chat_turn(window, f"My {who} lives in {city}.", "Noted.", ctx_id=i)
+    settle(window, plugin)
+
+    def lines(ctx_id: int) -> int:
+        block = block_of(chat_turn(window, "Where does my family live: sister, brother, aunt, uncle, cousin?",
+                                   "?", ctx_id=ctx_id))
+        return len([ln for ln in block.splitlines() if ln.startswith("- ")])
+    assert lines(10) == 2
+    window.save_options(plugin, context_limit=4)
+    assert lines(11) == 4
+
+
+@pytest.mark.option("manual_flagging")
+def test_with_manual_flagging_off_the_commands_are_ordinary_messages(host):
+    window, plugin = host(manual_flagging=False)
+    prompt = chat_turn(window, "/remember_this My locker code is 4711", "Noted.", ctx_id=1)
+    assert prompt is not None, "the message went to the model, not to MemoryPlus"
+    assert chat_turn(window, "/forget_that", "Sure.", ctx_id=2) is not None
+    window.process_events(0.5)
+    assert plugin.counters["commands"] == 0
+    assert not any(a.startswith(("Remembered", "Forg", "These memories match")) for a in window.alerts)
+    settle(window, plugin)     # stored as ordinary turns (Auto-Ingest), not as flagged ones
+    episodes = [r for r in plugin.client.call("export", {"bank": "default"}, timeout=30) if r["type"] == "episode"]
+    assert len(episodes) == 2 and not any(json.loads(e["name"])["explicit"] for e in episodes)
+
+
 @pytest.mark.option("link_db_to_preset")
 @pytest.mark.option("fallback_bank")
 def test_presets_have_their_own_banks_and_unsaved_presets_share_one(host):
-    window, plugin = host()
+    window, plugin = host(fallback_bank="household")
     chat_turn(window, "The launch code for project Falcon is 7731.", "Noted.", preset="work", ctx_id=1)
     chat_turn(window, "My cat is called Miso.", "Cute!", preset="current.chat", ctx_id=2)
     settle(window, plugin)
@@ -77,7 +108,41 @@ def test_presets_have_their_own_banks_and_unsaved_presets_share_one(host):
     assert "Miso" in block_of(chat_turn(window, "What is my cat called?", "?", preset="current.agent", ctx_id=5))
     settle(window, plugin)     # the questions are turns too: "home"'s is stored in its own bank
     banks = {b["name"] for b in plugin.client.call("banks", {}, timeout=30)}
-    assert banks == {"work", "home", "default"}
+    assert banks == {"work", "home", "household"}
+
+
+@pytest.mark.option("link_db_to_preset")
+def test_with_link_db_to_preset_off_every_chat_uses_the_fallback_bank(host):
+    window, plugin = host(link_db_to_preset=False)
+    chat_turn(window, "The launch code for project Falcon is 7731.", "Noted.", preset="work", ctx_id=1)
+    settle(window, plugin)
+    assert "7731" in block_of(chat_turn(window, "What is the launch code for Falcon?", "?", preset="home",
+                                        ctx_id=2)), "one bank for every preset"
+    settle(window, plugin)
+    assert {b["name"] for b in plugin.client.call("banks", {}, timeout=30)} == {"default"}
+
+
+@pytest.mark.option("search_cache_ttl")
+@pytest.mark.option("search_cache_similarity")
+def test_the_cache_ttl_and_similarity_set_are_the_ones_the_chat_uses(host):
+    """Questions with no answer store nothing, so nothing invalidates the cache between them."""
+    window, plugin = host(search_cache_ttl=0)
+    chat_turn(window, "My sister Ilse lives in Graz.", "Noted.", ctx_id=1)
+    settle(window, plugin)
+
+    def hits_after(question: str, ctx_id: int) -> int:
+        chat_turn(window, question, "", ctx_id=ctx_id)
+        window.process_events(0.05)
+        return plugin.cache.stats().get("hits", 0)
+    hits_after("Where does my sister live?", 2)
+    assert hits_after("Where does my sister live?", 3) == 0, "a TTL of 0 keeps nothing"
+    window.save_options(plugin, search_cache_ttl=45, search_cache_similarity=1.0)
+    before = hits_after("Where does my sister live?", 4)
+    assert hits_after("Where does my sister live?", 5) == before + 1, "the same question again"
+    assert hits_after("where does my sister live, please", 6) == before + 1, "similarity 1: exact only"
+    window.save_options(plugin, search_cache_similarity=0.85)
+    before = hits_after("Where does my sister live?", 7)
+    assert hits_after("where does my sister live, please", 8) == before + 1, "a near-duplicate shares it"
 
 
 MATCHES = re.compile(r"^(\d+) (memory matches|memories match) ")
@@ -254,7 +319,6 @@ def test_a_late_search_lets_the_turn_go_ahead(host, monkeypatch):
     assert plugin.counters["late"] >= 1 and TAG not in prompt
 
 
-@pytest.mark.option("engine_mode")
 def test_settings_survive_pygpt_dropping_them(host, tmp_path):
     window, plugin = host()
     window.save_options(plugin, context_limit=3, memory_mode="Research")

@@ -359,12 +359,12 @@ def test_backoff_doubles_with_jitter_and_honours_retry_after(tmp_path, queues):
 
     sink = Sink(behave)
     q = queues(tmp_path / "s", sink, clock=ft.clock, sleep=ft.sleep, rand=lambda: 0.5,
-               retry_attempts=5, retry_backoff_ms=500)
+               retry_attempts=5, retry_backoff_ms=250)
     q.start()
     q.put("b", turn(1))
     assert q.flush(10)
-    # jitter factor 1 + 0.25 * 0.5; Retry-After wins when longer
-    assert ft.sleeps == [3.0, 1.125, 2.25, 4.5]
+    # 250 ms doubling, jitter factor 1 + 0.25 * 0.5; Retry-After wins when longer
+    assert ft.sleeps == [3.0, 0.5625, 1.125, 2.25]
     assert len(sink.calls) == 5 and q.counts()["done"] == 1 and q.counts()["failed"] == 0
 
 

@@ -48,6 +48,7 @@ from memoryplus.testing.scripted_llm import (  # noqa: E402
     ScriptedLLMServer,
     embed_text,
     last_user_text,
+    mask_secret,
     minimal_instance,
 )
 
@@ -856,3 +857,58 @@ def test_standalone_cli_runs_until_ctrl_c():
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+# ------------------------------------------------- MemoryPlus's own call: the memory gate
+
+
+async def test_memory_gate_is_answered_by_the_turn_it_is_asked_about(server):
+    """The gate's decision comes from what the turn says, both ways, through graphiti's real
+    client as the worker calls it; a retry after a broken answer still judges the turn."""
+    from memoryplus.worker.llm_calls import MemoryGateDecision, gate_with_llm
+    from memoryplus.config.schema import Settings
+    from memoryplus.worker.providers import LLMUsage
+    from memoryplus.worker.records import Credentials
+    settings = Settings(llm_provider='openai', override_base_url=server.base_url,
+                        override_api_key='sk-gate-aaaaaaaaaaaaaaaa', insight_model='scripted-llm')
+    creds = Credentials()
+    kept = ['User: I met Dr Okafor about the Apollo review today.\nAssistant: Noted.',
+            'User: Note: the Falcon kickoff moved to Thursday.\nAssistant: Noted.']
+    skipped = ['User: Quick question: how long should an egg boil?\nAssistant: About nine minutes.',
+               'User: Thanks, that helps!\nAssistant: Glad to help, Anna.']
+    for body in kept:
+        keep, reason = await gate_with_llm(settings, creds, LLMUsage(), body)
+        assert keep is True and reason, body
+    for body in skipped:
+        keep, reason = await gate_with_llm(settings, creds, LLMUsage(), body)
+        assert keep is False and reason, body
+    server.inject('garbage', count=1, structured_only=True)   # graphiti re-asks with an error note
+    keep, _ = await gate_with_llm(settings, creds, LLMUsage(), skipped[0])
+    assert keep is False
+    assert server.calls['MemoryGateDecision'] == 4 + 2
+    assert server.brain.gate_decisions == {True: 2, False: 4}
+    assert server.unanswered == {}, 'the gate was answered with a made-up instance'
+    assert set(MemoryGateDecision.model_json_schema()['properties']) == {'remember', 'reason'}
+
+
+def test_a_schema_nobody_answers_is_counted(server):
+    class Unknown(BaseModel):
+        flag: bool
+    client = sync_client(server)
+    client.chat.completions.create(model='m', messages=[{'role': 'user', 'content': 'x'}],
+                                   response_format={'type': 'json_schema', 'json_schema': {
+                                       'name': 'Unknown', 'schema': Unknown.model_json_schema()}})
+    assert server.unanswered == {'Unknown': 1}
+
+
+def test_the_api_key_of_each_request_is_recorded_masked(server):
+    chat_key, embed_key = 'sk-chat-1111111111111111', 'sk-embed-2222222222222222'
+    openai.OpenAI(base_url=server.base_url, api_key=chat_key, max_retries=0).chat.completions.create(
+        model='m', messages=[{'role': 'user', 'content': 'hello'}])
+    openai.OpenAI(base_url=server.base_url, api_key=embed_key, max_retries=0).embeddings.create(
+        model='e', input=['hello'])
+    assert server.keys_sent_to('/chat/completions') == {mask_secret(chat_key)}
+    assert server.keys_sent_to('/embeddings') == {mask_secret(embed_key)}
+    recorded = json.dumps(server.api_keys) + json.dumps(server.requests)
+    assert chat_key not in recorded and embed_key not in recorded, 'a key was kept in the clear'
+    assert mask_secret(chat_key) != mask_secret(embed_key)

@@ -488,6 +488,7 @@ def test_the_worker_exits_and_releases_the_bank_when_its_parent_is_killed(data_d
 
 
 # ── per-call mode ─────────────────────────────────────────────────────────────────────────
+@pytest.mark.option("engine_mode")
 def test_per_call_mode_holds_no_lock_between_calls_and_serializes_a_bank(data_dir, clients):
     c = clients(settings(engine_mode="persistent"), data_dir, mode="persistent").start()   # as the plugin does
     c.call("ingest", {"bank": BANK, "turns": turns(2)}, timeout=60)

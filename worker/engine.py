@@ -354,8 +354,14 @@ class MemoryEngine:
     async def _neo4j_driver(self) -> GraphDriver:
         if self._neo4j is None:
             s = self.settings
-            self._neo4j = open_neo4j(s.neo4j_uri, s.neo4j_user, s.neo4j_password, s.neo4j_database)
-            await self._neo4j.build_indices_and_constraints()
+            driver = open_neo4j(s.neo4j_uri, s.neo4j_user, s.neo4j_password, s.neo4j_database)
+            try:   # the first round trip: a server that is down or not Neo4j fails here
+                await driver.build_indices_and_constraints()
+            except Exception as exc:
+                await driver.close()
+                # the driver's own text names the address only; ours names the URI set, never the password
+                raise StoreError(f"cannot connect to Neo4j at {s.neo4j_uri}: {type(exc).__name__}") from None
+            self._neo4j = driver
         return self._neo4j
 
     async def _close_bank(self, bank: Bank) -> None:
