@@ -110,6 +110,9 @@ class Plugin(BasePlugin):
         self._status = ""
         self._last_expiry = 0.0
         self._llm_calls: list[tuple[float, int]] = []
+        self._said: set[str] = set()        # causes already told to the user (see _say_once)
+        self._creds = None                  # PyGPT's keys and endpoints, as last read
+        self._embedder_shown: tuple | None = None
         # Auto: a direct call when emitted on the GUI thread, queued from the start-up thread.
         self.restore_requested.connect(self._restore_options)
         self.init_options()
@@ -200,8 +203,8 @@ class Plugin(BasePlugin):
                 self._report(f"MemoryPlus: {problem}")
             self.cache = SearchCache(s.search_cache_size, s.search_cache_ttl, s.search_cache_similarity,
                                      enabled=s.search_cache)
-            client = WorkerClient(s, self.banks_dir(), host.credentials(self.window, s),
-                                  mode=s.engine_mode, app="PyGPT")
+            self._creds = host.credentials(self.window, s)
+            client = WorkerClient(s, self.banks_dir(), self._creds, mode=s.engine_mode, app="PyGPT")
             client.start()
             self.client = client
             queue = IngestQueue(self.user_dir() / "spool", s, self._ingest_batch)
@@ -219,6 +222,7 @@ class Plugin(BasePlugin):
                         self._fail("cannot keep a turn that ended while starting", exc)
         except Exception as exc:  # never take PyGPT down with us
             self._fail("cannot start", exc)
+            self._say_problem(f"{type(exc).__name__}: {exc}", generic="start")
         finally:
             with self._lock:
                 self._ready.set()
@@ -289,9 +293,13 @@ class Plugin(BasePlugin):
                              enabled=s.search_cache)
         self.cache.clear()
         self.queue.configure(s)
+        with self._lock:     # the user may have fixed a cause: say it again if it persists
+            self._said.clear()
+        self._embedder_shown = None
         if str(self.queue.counts().get("paused_reason") or "").startswith("LLM call limit"):
             self.queue.resume()   # the sink pauses again at once if the new limit is still spent
-        self.client.update_settings(s, host.credentials(self.window, s))
+        self._creds = host.credentials(self.window, s)
+        self.client.update_settings(s, self._creds)
 
     def shutdown(self, enabled: bool = True):  # PyGPT 2.9: on exit
         self._stop()
@@ -475,10 +483,15 @@ class Plugin(BasePlugin):
                                    timeout=max(60.0, self.settings.runner_timeout_s * len(turns)))
         except WorkerError as exc:
             retryable = exc.type not in ("BankNameError", "ValidationError", "EngineError")
+            self._say_problem(str(exc))
             raise IngestError(str(exc), retryable=retryable) from None
         except (RequestTimeout, WorkerUnavailable) as exc:
+            self._say_problem(str(exc))
             raise IngestError(str(exc), retryable=True) from None
         report = IngestReport.model_validate(raw)    # flushed=False: the queue keeps them spooled
+        if report.fallbacks:
+            from memoryplus.plugin.problems import llm_fallback
+            self._say_once(llm_fallback(next(iter(report.fallbacks.values())), self.settings.graphiti_model))
         if self.cache is not None:
             self.cache.invalidate(bank)
         if report.llm_calls:
@@ -632,7 +645,11 @@ class Plugin(BasePlugin):
                 self.cache.invalidate(bank)
             self._tell(message)
         except Exception as exc:
-            self._tell(f"MemoryPlus could not do that: {exc}")
+            problem = self._problem(str(exc))
+            if problem is not None:
+                with self._lock:
+                    self._said.add(problem.cause)
+            self._tell(f"MemoryPlus could not do that: {problem.text if problem else exc}")
 
     def forgotten(self, bank: str, report) -> None:
         """After the worker forgot turns (a ForgetReport's `sources`; None for a cleared bank):
@@ -651,6 +668,87 @@ class Plugin(BasePlugin):
     def _report(self, text: str) -> None:
         self.last_error = text
         self.notify.emit(text)
+
+    def _problem(self, error: str):
+        """The fixable cause behind an error text (see problems.py), or None."""
+        from memoryplus.plugin.problems import diagnose
+        st = self.client.status() if self.client is not None else {}
+        return diagnose(error, python=st.get("python") or "", endpoints=self._endpoints(st))
+
+    def _endpoints(self, st: dict) -> str:
+        """Which servers MemoryPlus talks to, by host only (for the texts of problems)."""
+        from memoryplus.worker.redact import host_of
+        s, c = self.settings, self._creds
+        parts = []
+        if st.get("extraction") == "llm":
+            pygpt = c.ollama_base_url if c is not None and c.model_provider == "ollama" else \
+                (c.openai_base_url if c is not None else "")
+            parts.append(f"LLM at {host_of(s.override_base_url or pygpt or 'https://api.openai.com/v1')}")
+        emb = ((st.get("embedder") or {}).get("new_banks") or {})
+        if emb.get("provider") and emb.get("provider") not in ("local", "hash"):
+            parts.append(f"embeddings {emb.get('id')}: {emb.get('why')}")
+        return "; ".join(parts)
+
+    def _say_problem(self, error: str, generic: str = "") -> None:
+        """Tell the user once about a cause they can fix; `generic`: a cause key for an
+        unrecognised error that must still be said (the worker cannot start)."""
+        from memoryplus.plugin.problems import Problem
+        problem = self._problem(error)
+        if problem is None and generic:
+            from memoryplus.worker.redact import redact
+            st = self.client.status() if self.client is not None else {}
+            python = st.get("python") or "python"
+            problem = Problem(f"worker:{generic}", redact(
+                f"MemoryPlus's memory worker cannot run: {error[:400]}\n\nYour turns are kept on "
+                f"disk, not stored. To see why: \"{python}\" -m memoryplus doctor; then use Restart "
+                f"worker in the memory browser (MemoryPlus menu)."))
+        if problem is not None:
+            self._say_once(problem)
+
+    def _say_once(self, problem) -> None:
+        with self._lock:
+            if problem.cause in self._said:
+                return
+            self._said.add(problem.cause)
+        log.warning("%s", problem.text.splitlines()[0])
+        self._report(problem.text)      # an alert dialog in PyGPT (the text has several lines)
+
+    def _watch_worker(self, st: dict) -> None:
+        """A worker that cannot start (or keeps dying) is said once, with its reason."""
+        state = st.get("state")
+        if state in ("fallback", "broken") and st.get("last_error"):
+            self._say_problem(str(st["last_error"]), generic=state)
+
+    def embedder_text(self, st: dict) -> str:
+        """The embedder in use for the current bank (else for new banks) and why."""
+        info = st.get("embedder") or {}
+        cur = (info.get("banks") or {}).get(self.current_bank()) or info.get("new_banks") or {}
+        ident, why = cur.get("id") or "", cur.get("why") or ""
+        if not ident:
+            return f"Embeddings: {why}" if why else ""
+        if ident.startswith("hash") and "not installed" not in why:
+            from memoryplus.config.install import local_embedder_hint
+            why = (f"hashed word features: the offline embedder was not installed when this bank "
+                   f"was built. {local_embedder_hint(st.get('python') or 'python')}")
+        return f"Embeddings in use: {ident} — {why}" if why else f"Embeddings in use: {ident}"
+
+    def _show_embedder(self, st: dict) -> None:
+        """On the settings page, under Embedding Provider: the embedder in use and why."""
+        text = self.embedder_text(st)
+        if not text or text == self._embedder_shown:
+            return
+        self._embedder_shown = text
+        from memoryplus.config.schema import options
+        base = next((o.description for o in options() if o.id == "embedding_provider"), "")
+        opt = self.options.get("embedding_provider")
+        if opt is not None:
+            opt["description"] = f"{base}\n\n{text}"
+        try:
+            node = self.window.ui.nodes.get(f"plugin.{self.id}.embedding_provider.desc")
+            if node is not None:
+                node.setText(f"{base}\n\n{text}")
+        except Exception:   # the settings dialog is not built yet: it reads the option
+            pass
 
     @Slot(str)
     def _show_message(self, text: str) -> None:
@@ -673,6 +771,9 @@ class Plugin(BasePlugin):
             if not self._started or self.client is None:
                 return
             self._maybe_expire()
+            st = self.client.status()
+            self._watch_worker(st)
+            self._show_embedder(st)
             text = self.status_text()
             if text != self._status:
                 self._status = text
@@ -712,6 +813,8 @@ class Plugin(BasePlugin):
             parts.append("turns are kept; use Restart worker in the memory browser")
         if st.get("extraction"):
             parts.append(f"{st['extraction']} extraction")
+        if self.embedder_text(st).startswith("Embeddings in use: hash"):
+            parts.append("hashed embeddings: the offline embedder is missing (see the settings)")
         return "MemoryPlus: " + " · ".join(parts)
 
     def _maybe_expire(self) -> None:

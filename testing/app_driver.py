@@ -517,6 +517,7 @@ class Driver:
         if plugin is None:
             raise RuntimeError("MemoryPlus is not in window.core.plugins.plugins")
         self.plugin = plugin
+        self.record_alerts()
         rep["plugin_class"] = f"{type(plugin).__module__}.{type(plugin).__qualname__}"
         rep["plugin_file"] = getattr(sys.modules.get(type(plugin).__module__), "__file__", None)
         mp = sys.modules.get("memoryplus")
@@ -578,6 +579,18 @@ class Driver:
                 turn["queue_after_store"] = self.queue_counts()
         rep["stage"] = "done"
         rep["ok"] = True
+
+    def record_alerts(self) -> None:
+        """Every alert dialog PyGPT is asked to show from here on (still shown): what a user
+        would read."""
+        alerts = self.report.setdefault("alerts", [])
+        dialogs = self.window.ui.dialogs
+        original = dialogs.alert
+
+        def alert(msg, *a, **k):
+            alerts.append({"t": _now(), "text": str(msg)[:4000]})
+            return original(msg, *a, **k)
+        dialogs.alert = alert
 
     def plugin_enabled(self) -> bool:
         try:
@@ -661,6 +674,11 @@ class Driver:
             rep["plugin_last_error"] = getattr(p, "last_error", None)
             rep["queue_counts"] = self.queue_counts()
             rep["worker_status"] = self.client_status()
+            try:
+                rep["plugin_status_text"] = p.status_text()
+                rep["embedding_provider_description"] = p.options["embedding_provider"]["description"]
+            except Exception as exc:
+                rep["plugin_status_text"] = repr(exc)
         rep["ctx_ends"] = self._ctx_ends
         rep["workers_before_close"] = worker_processes(self.args.workdir)
         self.write()

@@ -1466,7 +1466,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._llm(body, 'chat')
         elif route == '/responses':
             self._llm(body, 'responses')
-        elif route == '/embeddings':
+        elif route == '/embeddings' and owner.serve_embeddings:
             self._embeddings(body)
         else:
             self._send_error_json(404, f'Unknown path {self.path}', 'invalid_request_error', 'not_found')
@@ -1713,6 +1713,7 @@ class ScriptedLLMServer:
     latency_s: per-call sleep for chat/responses calls (settable at runtime);
         ``latency_embeddings=True`` applies it to /v1/embeddings too.
     timeout_hold_s: how long a "timeout" fault holds the connection (default 5 s).
+    serve_embeddings: set False to answer /v1/embeddings with 404 (a chat-only server).
     requests: snapshot list of ``(path, parsed json body or None)``.
     calls: Counter per response-model / prompt kind (``'ExtractedEntities'``, ...,
         ``'chat'``, ``'rerank'``, ``'json_object'``, ``'embeddings'``).
@@ -1731,6 +1732,8 @@ class ScriptedLLMServer:
         self.embedding_dim = int(embedding_dim)
         self.timeout_hold_s = float(timeout_hold_s)
         self.latency_embeddings = False
+        # False: /v1/embeddings answers 404, as a chat-only OpenAI-compatible server does
+        self.serve_embeddings = True
         self.stream_chunk_delay_s = 0.0
         self.model_ids = list(model_ids)
         self.max_recorded = int(max_recorded)

@@ -10,6 +10,7 @@ import contextvars
 import json
 import os
 import re
+import sys
 from dataclasses import dataclass, field
 
 from graphiti_core.cross_encoder.client import CrossEncoderClient
@@ -17,18 +18,13 @@ from graphiti_core.embedder.client import EmbedderClient
 from graphiti_core.llm_client import LLMClient, LLMConfig
 from graphiti_core.llm_client.openai_generic_client import OpenAIGenericClient
 
+from memoryplus.config.install import local_embedder_hint
 from memoryplus.config.schema import Settings
 from memoryplus.worker.embedders import HashEmbedder, LocalEmbedder
 from memoryplus.worker.records import Credentials
+from memoryplus.worker.redact import host_of
 
 OLLAMA_DEFAULT_URL = "http://localhost:11434/v1"
-# How to install the offline embedder into PyGPT's environment without replacing PyGPT's numpy
-# 1.26 (WordLlama declares numpy>=2 but runs on 1.26; its other needs come with pygpt-net).
-# The same pins as requirements-nodeps.txt (tests/test_config.py checks they agree).
-LOCAL_EMBEDDER_PINS = "wordllama==0.4.0.post1 toml==0.10.2"
-LOCAL_EMBEDDER_HINT = (f"To install it into PyGPT's environment: <PyGPT's python> -m pip install "
-                       f"--no-deps {LOCAL_EMBEDDER_PINS} (--no-deps keeps PyGPT's numpy), then "
-                       f"restart PyGPT; banks built meanwhile keep hashed features until re-embedded.")
 LLM_TIMEOUT_S = 120.0   # one LLM call; the SDK retries twice (honouring Retry-After) on top
 DEFAULT_EMBEDDING_MODELS = {
     "openai": ("text-embedding-3-small", 1536),
@@ -272,17 +268,6 @@ class EmbedderChoice:
         return f"{self.provider}:{self.model}:{self.dim}"
 
 
-def host_of(url: str) -> str:
-    """The host[:port] of an endpoint, for messages: never its path, query or credentials."""
-    from urllib.parse import urlsplit
-    try:
-        parts = urlsplit(url if "//" in url else f"//{url}")
-        host = parts.hostname or ""
-        return f"{host}:{parts.port}" if parts.port else host
-    except ValueError:
-        return "the configured endpoint"
-
-
 def is_public_openai(url: str) -> bool:
     return not url or host_of(url) == "api.openai.com"
 
@@ -294,7 +279,7 @@ def local_choice(why: str) -> EmbedderChoice:
         # give keyword-like vectors, under their own id, so no bank mixes the two.
         return EmbedderChoice("hash", "hash", 384, why=(
             f"hashed word features (keyword-like): the offline embedder WordLlama is not "
-            f"installed. {LOCAL_EMBEDDER_HINT}"))
+            f"installed. {local_embedder_hint(sys.executable)}"))
     return EmbedderChoice("local", "wordllama-l2-256", LocalEmbedder.dim,
                           why=f"the offline embedder (WordLlama){': ' + why if why else ''}")
 
