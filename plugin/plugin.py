@@ -112,7 +112,8 @@ class Plugin(BasePlugin):
         self._llm_calls: list[tuple[float, int]] = []
         self._said: set[str] = set()        # causes already told to the user (see _say_once)
         self._creds = None                  # PyGPT's keys and endpoints, as last read
-        self._embedder_shown: tuple | None = None
+        self._embedder_shown: str | None = None
+        self._bank_embedders: dict[str, dict] = {}   # bank -> {"id", "why"}, from ingest reports
         # Auto: a direct call when emitted on the GUI thread, queued from the start-up thread.
         self.restore_requested.connect(self._restore_options)
         self.init_options()
@@ -489,6 +490,8 @@ class Plugin(BasePlugin):
             self._say_problem(str(exc))
             raise IngestError(str(exc), retryable=True) from None
         report = IngestReport.model_validate(raw)    # flushed=False: the queue keeps them spooled
+        if report.embedder.get("id"):
+            self._bank_embedders[bank] = dict(report.embedder)
         if report.fallbacks:
             from memoryplus.plugin.problems import llm_fallback
             self._say_once(llm_fallback(next(iter(report.fallbacks.values())), self.settings.graphiti_model))
@@ -722,7 +725,9 @@ class Plugin(BasePlugin):
     def embedder_text(self, st: dict) -> str:
         """The embedder in use for the current bank (else for new banks) and why."""
         info = st.get("embedder") or {}
-        cur = (info.get("banks") or {}).get(self.current_bank()) or info.get("new_banks") or {}
+        bank = self.current_bank()
+        cur = (self._bank_embedders.get(bank) or (info.get("banks") or {}).get(bank)
+               or info.get("new_banks") or {})
         ident, why = cur.get("id") or "", cur.get("why") or ""
         if not ident:
             return f"Embeddings: {why}" if why else ""

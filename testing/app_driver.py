@@ -110,7 +110,7 @@ def plugin_options(extra: dict | None = None) -> dict[str, Any]:
 
 
 def seed_config(workdir: Path, base_url: str, *, model: str = "gpt-4o", responses_api: bool = True,
-                enable_plugin: bool = True, options: dict | None = None) -> Path:
+                enable_plugin: bool = True, options: dict | None = None, extra: dict | None = None) -> Path:
     """Write PyGPT's default config.json with what a user would have set, before start."""
     import pygpt_net
     defaults = Path(pygpt_net.__file__).parent / "data" / "config" / "config.json"
@@ -137,6 +137,7 @@ def seed_config(workdir: Path, base_url: str, *, model: str = "gpt-4o", response
     plugins = dict(data.get("plugins") or {})
     plugins[PLUGIN_ID] = plugin_options(options)
     data["plugins"] = plugins
+    data.update(extra or {})       # what else the user set in PyGPT (e.g. app.env)
     workdir.mkdir(parents=True, exist_ok=True)
     target = workdir / "config.json"
     target.write_text(json.dumps(data, indent=1), encoding="utf-8")
@@ -675,6 +676,7 @@ class Driver:
             rep["queue_counts"] = self.queue_counts()
             rep["worker_status"] = self.client_status()
             try:
+                p.on_post_update()       # PyGPT's 1-second tick, so that the last store shows
                 rep["plugin_status_text"] = p.status_text()
                 rep["embedding_provider_description"] = p.options["embedding_provider"]["description"]
             except Exception as exc:
@@ -732,6 +734,8 @@ def parse_args(argv=None):
     p.add_argument("--model", default="gpt-4o")
     p.add_argument("--option", action="append", default=[], metavar="KEY=JSON",
                    help="an extra plugins.memoryplus option to seed")
+    p.add_argument("--config", action="append", default=[], metavar="KEY=JSON",
+                   help="an extra PyGPT config.json key to seed (e.g. app.env)")
     p.add_argument("--message", action="append", help="a message to send (repeatable); default: two")
     p.add_argument("--wait-last-store", action="store_true", help="also wait for the last turn to be stored")
     p.add_argument("--sample-gui", action="store_true", help="report where the GUI thread spends its time")
@@ -759,8 +763,12 @@ def main(argv=None) -> None:
         for item in args.option:
             k, _, v = item.partition("=")
             extra[k] = json.loads(v)
+        config = {}
+        for item in args.config:
+            k, _, v = item.partition("=")
+            config[k] = json.loads(v)
         seed_config(workdir, args.base_url or "http://127.0.0.1:9/v1", model=args.model,
-                    responses_api=not args.no_responses_api, options=extra)
+                    responses_api=not args.no_responses_api, options=extra, extra=config)
 
     plugin = None
     plugins = []

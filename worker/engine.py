@@ -453,7 +453,8 @@ class MemoryEngine:
         return await self.ingest(bank_name, [Turn(id=key, user=text, tags=tags or [], explicit=True)])
 
     async def _ingest(self, bank: Bank, turns: list[Turn], defer_flush: bool = False) -> IngestReport:
-        report = IngestReport(engine=self.extraction, instance=self.instance)  # type: ignore[arg-type]
+        report = IngestReport(engine=self.extraction, instance=self.instance,  # type: ignore[arg-type]
+                              embedder={"id": bank.manifest.embedder, "why": bank.manifest.embedder_note})
         s = self.settings
         custom = [t.strip() for t in s.custom_memory_tags.split(",") if t.strip()]
         async with bank.write_lock:

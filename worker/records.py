@@ -80,6 +80,8 @@ class IngestReport(Record):
     # caller id -> why: turns the LLM could not extract (unusable answers), stored by local
     # extraction instead and marked so
     fallbacks: dict[str, str] = Field(default_factory=dict)
+    # the bank's embedder and why it has it ({"id", "why"}), for the settings page
+    embedder: dict[str, str] = Field(default_factory=dict)
 
 
 ResultKind = Literal["fact", "entity", "episode"]
