@@ -55,8 +55,14 @@ class Doctor:
             try:
                 self.add(f"package {dist}", "OK", metadata.version(dist))
             except metadata.PackageNotFoundError:
+                if dist == "wordllama":   # a plain install would replace PyGPT's numpy 1.26
+                    from memoryplus.config.install import local_embedder_command
+                    self.add(f"package {dist}", "WARN", "not installed: the local embedder falls "
+                             "back to hashed word features", local_embedder_command(sys.executable))
+                    continue
+                from memoryplus.plugin.problems import requirement   # pinned, as the add-on installs it
                 self.add(f"package {dist}", "FAIL" if core else "WARN", "not installed",
-                         f"{sys.executable} -m pip install {dist}")
+                         f'"{sys.executable}" -m pip install "{requirement(dist)}"')
 
     def settings(self):
         from memoryplus.config.paths import SETTINGS_FILE, data_dir, default_data_dir, load_settings

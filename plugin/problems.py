@@ -27,7 +27,7 @@ class Problem:
     text: str       # what happened and how to fix it
 
 
-def _requirement(module: str) -> str:
+def requirement(module: str) -> str:
     """The pinned requirement that brings `module` (manifest.json's list, what the add-on
     installer installs), or the module's own name."""
     top = module.split(".")[0]
@@ -51,7 +51,7 @@ def diagnose(error: str, *, python: str = "", endpoints: str = "") -> Problem | 
     python = python or sys.executable
     m = _MISSING.search(text)
     if m:
-        req = _requirement(m.group(1))
+        req = requirement(m.group(1))
         return Problem(f"missing:{m.group(1).split('.')[0]}", redact(
             f"MemoryPlus cannot run its memory worker: the Python package '{m.group(1)}' is not "
             f"installed for {python}.\n\nFix: install MemoryPlus's requirements into that "

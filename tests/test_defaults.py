@@ -33,6 +33,7 @@ def model_calls(server: ScriptedLLMServer) -> int:
                if body and path.rstrip("/").endswith(("/responses", "/chat/completions")))
 
 
+@pytest.mark.option("extraction_engine")
 @pytest.mark.parametrize("provider", ["openai", "openai_compatible"])
 async def test_garbage_answers_store_the_turn_locally_marked_within_the_call_bound(make_engine, llm, provider):
     eng = make_engine(extraction_engine="llm", llm_provider=provider, override_base_url=llm.base_url,
@@ -190,3 +191,21 @@ def test_hashed_features_are_explained_with_a_command_that_keeps_pygpts_numpy(ho
     text = plugin.embedder_text({"embedder": {"banks": {"default": {"id": "hash:hash:384", "why": ""}}},
                                  "python": "/opt/pygpt/bin/python"})
     assert f'"/opt/pygpt/bin/python" -m pip install --no-deps {LOCAL_EMBEDDER_PINS}' in text, text
+
+
+def test_the_doctor_installs_the_offline_embedder_without_replacing_pygpts_numpy(monkeypatch):
+    from importlib import metadata
+    from types import SimpleNamespace
+    from memoryplus.cli.doctor import Doctor
+    real = metadata.version
+
+    def version(dist):        # this environment has WordLlama; the user's does not
+        if dist == "wordllama":
+            raise metadata.PackageNotFoundError(dist)
+        return real(dist)
+    monkeypatch.setattr(metadata, "version", version)
+    doctor = Doctor(SimpleNamespace())
+    doctor.python_and_packages()
+    [check] = [c for c in doctor.checks if c.name == "package wordllama"]
+    assert check.status == "WARN" and "hashed" in check.message
+    assert f"-m pip install --no-deps {LOCAL_EMBEDDER_PINS}" in check.fix, check.fix

@@ -60,6 +60,8 @@ def assert_quiet(run) -> None:
     assert rep["queue_counts"].get("failed", 0) == 0, rep["queue_counts"]
 
 
+@pytest.mark.option("embedding_provider")
+@pytest.mark.option("extraction_engine")
 def test_pygpt_endpoint_serves_extraction_and_embeddings(tmp_path, llm):
     run = run_app(tmp_path, "endpoint", tmp_path / "pygpt", "--route", "launcher", "--base-url", llm.base_url,
                   *DEFAULTS, "--message", FIRST, "--message", SECOND)
@@ -87,6 +89,7 @@ def test_pygpt_endpoint_without_embeddings_gets_local_ones(tmp_path, llm):
     assert "does not serve embeddings" in run.report["embedding_provider_description"]
 
 
+@pytest.mark.option("embedding_provider")
 def test_pygpt_ollama_for_the_graphiti_model(tmp_path, llm):
     # PyGPT's Ollama address is its OLLAMA_API_BASE (Settings → General → Environment: the
     # `app.env` config key); the scripted server speaks Ollama's OpenAI-compatible /v1 API,
