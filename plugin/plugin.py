@@ -111,6 +111,8 @@ class Plugin(BasePlugin):
         self._last_expiry = 0.0
         self._llm_calls: list[tuple[float, int]] = []
         self._said: set[str] = set()        # causes already told to the user (see _say_once)
+        self._streak: dict[str, int] = {}   # cause -> storing attempts failed in a row for it
+        self._asked_embedder: set[str] = set()   # banks whose embedder was asked of the worker
         self._creds = None                  # PyGPT's keys and endpoints, as last read
         self._embedder_shown: str | None = None
         self._bank_embedders: dict[str, dict] = {}   # bank -> {"id", "why"}, from ingest reports
@@ -297,6 +299,9 @@ class Plugin(BasePlugin):
         with self._lock:     # the user may have fixed a cause: say it again if it persists
             self._said.clear()
         self._embedder_shown = None
+        self._asked_embedder.clear()
+        self._bank_embedders.clear()
+        self._streak.clear()
         if str(self.queue.counts().get("paused_reason") or "").startswith("LLM call limit"):
             self.queue.resume()   # the sink pauses again at once if the new limit is still spent
         self._creds = host.credentials(self.window, s)
@@ -484,11 +489,12 @@ class Plugin(BasePlugin):
                                    timeout=max(60.0, self.settings.runner_timeout_s * len(turns)))
         except WorkerError as exc:
             retryable = exc.type not in ("BankNameError", "ValidationError", "EngineError")
-            self._say_problem(str(exc))
+            self._storing_failed(str(exc))
             raise IngestError(str(exc), retryable=retryable) from None
         except (RequestTimeout, WorkerUnavailable) as exc:
-            self._say_problem(str(exc))
+            self._storing_failed(str(exc))
             raise IngestError(str(exc), retryable=True) from None
+        self._streak.clear()
         report = IngestReport.model_validate(raw)    # flushed=False: the queue keeps them spooled
         if report.embedder.get("id"):
             self._bank_embedders[bank] = dict(report.embedder)
@@ -708,6 +714,17 @@ class Plugin(BasePlugin):
         if problem is not None:
             self._say_once(problem)
 
+    def _storing_failed(self, error: str) -> None:
+        """A cause that may pass by itself (an unreachable server) is said once a turn has
+        failed on it as many times as the queue tries (Ingestion Retry Attempts); one that will
+        not (a missing package, a refused key, a bank in use) at once."""
+        problem = self._problem(error)
+        if problem is None:
+            return
+        n = self._streak[problem.cause] = self._streak.get(problem.cause, 0) + 1
+        if problem.cause != "unreachable" or n >= self.settings.retry_attempts:
+            self._say_once(problem)
+
     def _say_once(self, problem) -> None:
         with self._lock:
             if problem.cause in self._said:
@@ -737,8 +754,27 @@ class Plugin(BasePlugin):
                    f"was built. {local_embedder_hint(st.get('python') or 'python')}")
         return f"Embeddings in use: {ident} — {why}" if why else f"Embeddings in use: {ident}"
 
+    def _ask_embedder(self, bank: str) -> None:
+        """The embedder an existing bank was built with (it keeps it), asked once (off the GUI
+        thread: the answer arrives on the client's thread)."""
+        if bank in self._asked_embedder or bank in self._bank_embedders or self.client is None:
+            return
+        self._asked_embedder.add(bank)
+
+        def done(fut) -> None:
+            try:
+                st = fut.result()
+                if isinstance(st, dict) and st.get("embedder"):
+                    self._bank_embedders.setdefault(bank, {"id": st["embedder"],
+                                                           "why": st.get("embedder_note") or ""})
+            except Exception:      # unknown bank (nothing stored yet): the new-bank choice shows
+                pass
+        self.client.submit("stats", {"bank": bank}, timeout=COMMAND_TIMEOUT_S).add_done_callback(done)
+
     def _show_embedder(self, st: dict) -> None:
         """On the settings page, under Embedding Provider: the embedder in use and why."""
+        if st.get("state") == "ready":
+            self._ask_embedder(self.current_bank())
         text = self.embedder_text(st)
         if not text or text == self._embedder_shown:
             return

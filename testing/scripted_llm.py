@@ -66,7 +66,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_EMBEDDING_DIM = 384
 DEFAULT_MODEL_ID = 'scripted-llm'
-FAULT_KINDS = ('429', '500', 'timeout', 'garbage', 'think')
+FAULT_KINDS = ('429', '500', '401', 'timeout', 'garbage', 'think')
 MAX_SUMMARY_CHARS = 900  # graphiti caps summaries at 1000; stay under it
 
 # --------------------------------------------------------------------------------------
@@ -1492,6 +1492,10 @@ class _Handler(BaseHTTPRequestHandler):
         elif fault.kind == '500':
             self._send_error_json(500, 'The server had an error (scripted fault).', 'server_error')
             self._answered = True
+        elif fault.kind == '401':
+            self._send_error_json(401, 'Incorrect API key provided (scripted fault).',
+                                  'invalid_request_error', 'invalid_api_key')
+            self._answered = True
         elif fault.kind == 'timeout':
             owner._sleep(owner.timeout_hold_s)
             if owner._stopping.is_set():
@@ -1796,7 +1800,7 @@ class ScriptedLLMServer:
         """Queue a fault for the next ``count`` matching calls.
 
         kind: "429" (Retry-After header), "500", "timeout" (hold ``timeout_hold_s`` then
-        answer), "garbage" (200 with truncated/invalid JSON), "think" (valid answer
+        answer), "401" (a refused key), "garbage" (200 with truncated/invalid JSON), "think" (valid answer
         prefixed by a <think> block).  By default it hits chat/responses calls (any,
         or only structured ones with ``structured_only=True``); ``embeddings=True`` lets
         it hit /v1/embeddings too (``llm=False`` for embeddings only).

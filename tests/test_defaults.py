@@ -209,3 +209,58 @@ def test_the_doctor_installs_the_offline_embedder_without_replacing_pygpts_numpy
     [check] = [c for c in doctor.checks if c.name == "package wordllama"]
     assert check.status == "WARN" and "hashed" in check.message
     assert f"-m pip install --no-deps {LOCAL_EMBEDDER_PINS}" in check.fix, check.fix
+
+
+SECRET = "sk-defaults-secret-0123456789abcdef"
+
+
+def _wait_alert(window, needle: str, timeout: float = 60.0) -> list[str]:
+    deadline = time.monotonic() + timeout
+    while not any(needle in a for a in window.alerts) and time.monotonic() < deadline:
+        window.process_events(0.1)
+    return [a for a in window.alerts if needle in a]
+
+
+@pytest.mark.option("override_api_key")
+def test_a_refused_key_is_said_once_without_the_key(host, llm):
+    llm.inject("401", count=10000, embeddings=True)
+    window, plugin = host(extraction_engine="llm", llm_provider="openai_compatible",
+                          override_base_url=llm.base_url, override_api_key=SECRET,
+                          graphiti_model="scripted-llm", embedding_provider="local",
+                          retry_backoff_ms=100)
+    for i in range(3):
+        chat_turn(window, f"My locker number is {100 + i}.", "Noted.", ctx_id=i + 1)
+    said = _wait_alert(window, "refused the API key")
+    assert len(said) == 1, window.alerts
+    assert f"127.0.0.1:{llm.port}" in said[0] and "Override API Key" in said[0], said[0]
+    window.process_events(3)
+    assert len(_wait_alert(window, "refused the API key", 0)) == 1, window.alerts
+    everything = "\n".join(window.alerts + window.statuses + [plugin.last_error])
+    assert SECRET not in everything and SECRET[:12] not in everything
+    # kept, not lost: the key is fixed, the server accepts it, the turns are stored
+    llm.clear_faults()
+    plugin.queue.retry_failed()
+    assert plugin.queue.flush(timeout=60)
+    assert plugin.queue.counts()["failed"] == 0, plugin.queue.counts()
+
+
+@pytest.mark.option("retry_attempts")
+def test_an_unreachable_server_is_said_once_after_the_retries_not_per_turn(host):
+    window, plugin = host(extraction_engine="llm", llm_provider="openai_compatible",
+                          override_base_url="http://127.0.0.1:9/v1", override_api_key=SECRET,
+                          graphiti_model="scripted-llm", embedding_provider="local",
+                          retry_attempts=2, retry_backoff_ms=100)
+    chat_turn(window, "My locker number is 100.", "Noted.", ctx_id=1)
+    said = _wait_alert(window, "cannot reach its model server")
+    assert len(said) == 1 and "127.0.0.1:9" in said[0], window.alerts
+    deadline = time.monotonic() + 5      # the alert came as the turn was kept as failed
+    while plugin.queue.counts()["failed"] < 1 and time.monotonic() < deadline:
+        window.process_events(0.05)
+    assert plugin.queue.counts()["failed"] == 1, plugin.queue.counts()
+    for i in range(2):
+        chat_turn(window, f"My locker number is {101 + i}.", "Noted.", ctx_id=2 + i)
+    deadline = time.monotonic() + 20
+    while plugin.queue.counts()["failed"] < 3 and time.monotonic() < deadline:
+        window.process_events(0.1)
+    assert len([a for a in window.alerts if "cannot reach" in a]) == 1, window.alerts
+    assert SECRET not in "\n".join(window.alerts)
