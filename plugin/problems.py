@@ -18,6 +18,7 @@ _UNREACHABLE = ("connection error", "connection refused", "connecterror", "apico
                 "failed to establish a new connection", "network is unreachable")
 _AUTH = re.compile(r"\b401\b|incorrect api key|invalid api key|invalid_api_key|authenticationerror|"
                    r"unauthorized", re.I)
+_NOT_FOUND = re.compile(r"\b404\b|NotFoundError|model .{0,80}not found", re.I)
 _REQUIREMENTS = Path(__file__).resolve().parents[1] / "manifest.json"
 
 
@@ -75,6 +76,12 @@ def diagnose(error: str, *, python: str = "", endpoints: str = "") -> Problem | 
             f"Fix: start the server, or correct its address in PyGPT's provider settings (or "
             f"MemoryPlus's Override Base URL / Embedding Base URL), or choose Extraction Engine "
             f"local and Embedding Provider local. Your turns are kept and stored once it answers."))
+    if _NOT_FOUND.search(text):
+        return Problem("not_found", redact(
+            f"MemoryPlus's model server does not serve what MemoryPlus asked for (HTTP 404){where}: "
+            f"{text.splitlines()[0][:200]}\n\nFix: choose a model that server serves as Graphiti "
+            f"Internal Model (Plugins → Settings → MemoryPlus → Models), or correct the server's "
+            f"address, or choose Extraction Engine local. Your turns are kept and stored once it works."))
     if "was built with the embedder" in low:
         return Problem("embedder_mismatch", redact(f"MemoryPlus: {text.splitlines()[0][:600]}"))
     return None

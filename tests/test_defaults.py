@@ -264,3 +264,35 @@ def test_an_unreachable_server_is_said_once_after_the_retries_not_per_turn(host)
         window.process_events(0.1)
     assert len([a for a in window.alerts if "cannot reach" in a]) == 1, window.alerts
     assert SECRET not in "\n".join(window.alerts)
+
+
+def test_pygpts_custom_endpoint_is_spoken_to_with_chat_completions():
+    from memoryplus.config.schema import Settings
+    from memoryplus.worker.providers import resolve_llm
+    own = resolve_llm(Settings(), Credentials(openai_api_key="sk-x", openai_base_url="http://10.0.0.5:8000/v1",
+                                              model_provider="openai"))
+    assert (own.provider, own.base_url, own.configured) == ("openai_compatible", "http://10.0.0.5:8000/v1", True)
+    openai = resolve_llm(Settings(), Credentials(openai_api_key="sk-x", openai_base_url="https://api.openai.com/v1",
+                                                 model_provider="openai"))
+    assert openai.provider == "openai"
+    chosen = resolve_llm(Settings(llm_provider="openai"), Credentials(openai_api_key="sk-x",
+                                                                       openai_base_url="http://10.0.0.5:8000/v1"))
+    assert chosen.provider == "openai"      # an explicit choice stands
+
+
+@pytest.mark.parametrize("error, cause", [
+    ("ModuleNotFoundError: No module named 'graphiti_core.nodes'", "missing:graphiti_core"),
+    ("Connection error.", "unreachable"),
+    (f"Error code: 401 - {{'error': {{'message': 'Incorrect API key provided: {SECRET}'}}}}", "auth"),
+    ("bank 'work' is in use by PyGPT, pid 4242; close it or use that process", "bank_in_use"),
+    ("Error code: 404 - {'error': {'message': 'The model `gpt-4o` does not exist'}}", "not_found"),
+    ("RequestTimeout: search was not answered within 15.0 s", None),
+])
+def test_each_fixable_cause_is_recognised_and_its_text_has_no_secret(error, cause):
+    from memoryplus.plugin.problems import diagnose
+    from memoryplus.worker import redact
+    redact.register(SECRET)
+    problem = diagnose(error, python="/opt/pygpt/bin/python", endpoints="LLM at 10.0.0.5:8000")
+    assert (problem.cause if problem else None) == cause
+    if problem is not None:
+        assert "Fix" in problem.text and SECRET not in problem.text

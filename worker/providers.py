@@ -203,6 +203,10 @@ def resolve_llm(settings: Settings, creds: Credentials) -> LLMChoice:
             provider = creds.model_provider
         else:
             provider = "openai"
+        if provider == "openai" and not is_public_openai(creds.openai_base_url):
+            # PyGPT's OpenAI provider pointed at another server: Chat Completions, which every
+            # OpenAI-compatible server serves (the Responses API is OpenAI's own).
+            provider = "openai_compatible"
     key = settings.override_api_key
     if provider == "openai":
         key = key or creds.openai_api_key
