@@ -135,7 +135,9 @@ class Options:
     llm_provider: Literal["auto", "openai", "ollama", "google", "openai_compatible"] = opt(
         "auto", kind="combo", tab="models", label="LLM Provider", description=(
             "Who serves the Graphiti and Insight models. auto: the provider PyGPT uses for the "
-            "chosen model (OpenAI outside PyGPT). openai_compatible: any server at Override Base URL."))
+            "chosen model, at PyGPT's endpoint (OpenAI outside PyGPT; PyGPT's OpenAI provider "
+            "pointed at another server is spoken to with Chat Completions). openai_compatible: "
+            "any server at Override Base URL."))
     insight_model: str = opt("gpt-4o", kind="combo", use="models", tab="models",
                              label="Insight Model", description=(
         "Model for emotion, topic and vibe analysis and for the memory gate, when those need "
