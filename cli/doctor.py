@@ -58,7 +58,7 @@ class Doctor:
                 if dist == "wordllama":   # a plain install would replace PyGPT's numpy 1.26
                     from memoryplus.config.install import local_embedder_command
                     self.add(f"package {dist}", "WARN", "not installed: the local embedder falls "
-                             "back to hashed word features", local_embedder_command(sys.executable))
+                             "back to hashed word features", local_embedder_command())
                     continue
                 from memoryplus.plugin.problems import requirement   # pinned, as the add-on installs it
                 self.add(f"package {dist}", "FAIL" if core else "WARN", "not installed",

@@ -751,7 +751,7 @@ class Plugin(BasePlugin):
         if ident.startswith("hash") and "not installed" not in why:
             from memoryplus.config.install import local_embedder_hint
             why = (f"hashed word features: the offline embedder was not installed when this bank "
-                   f"was built. {local_embedder_hint(st.get('python') or 'python')}")
+                   f"was built. {local_embedder_hint(st.get('python') or '')}")
         return f"Embeddings in use: {ident} — {why}" if why else f"Embeddings in use: {ident}"
 
     def _ask_embedder(self, bank: str) -> None:

@@ -10,7 +10,6 @@ import contextvars
 import json
 import os
 import re
-import sys
 from dataclasses import dataclass, field
 
 from graphiti_core.cross_encoder.client import CrossEncoderClient
@@ -283,7 +282,7 @@ def local_choice(why: str) -> EmbedderChoice:
         # give keyword-like vectors, under their own id, so no bank mixes the two.
         return EmbedderChoice("hash", "hash", 384, why=(
             f"hashed word features (keyword-like): the offline embedder WordLlama is not "
-            f"installed. {local_embedder_hint(sys.executable)}"))
+            f"installed. {local_embedder_hint()}"))
     return EmbedderChoice("local", "wordllama-l2-256", LocalEmbedder.dim,
                           why=f"the offline embedder (WordLlama){': ' + why if why else ''}")
 
