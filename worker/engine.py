@@ -1379,8 +1379,8 @@ class MemoryEngine:
         try:
             choice = self.embedder_override or resolve_embedder(self.settings, self.credentials)
             new = {"id": choice.id, "why": choice.why, "provider": choice.provider}
-        except ProviderError as exc:
-            new = {"id": "", "why": str(exc), "provider": ""}
+        except Exception as exc:    # informative only: never fail a health check (or the start) for it
+            new = {"id": "", "why": redact.redact(str(exc))[:300], "provider": ""}
         return {"new_banks": new, "banks": {b.name: {"id": b.manifest.embedder, "why": b.manifest.embedder_note}
                                             for b in self.banks.values()}}
 
