@@ -306,3 +306,27 @@ def test_remember_this_that_cannot_be_stored_answers_in_a_dialog_with_the_fix(ho
     assert chat_turn(window, "/remember_this My locker code is 4711", "unused") is None
     said = _wait_alert(window, "could not do that")
     assert said and "cannot reach its model server" in said[0] and "Fix:" in said[0], window.alerts
+
+
+@pytest.mark.option("extraction_engine")
+def test_a_turn_the_llm_could_not_extract_is_stored_and_marked_in_the_browser(host, llm, qtbot):
+    llm.inject("garbage", count=1000, structured_only=True)
+    window, plugin = host(extraction_engine="llm", llm_provider="openai_compatible",
+                          override_base_url=llm.base_url, override_api_key=SECRET,
+                          graphiti_model="scripted-llm", embedding_provider="local")
+    chat_turn(window, "My dentist is Dr Okafor and I live in Lisbon.", "Noted.", ctx_id=1)
+    assert plugin.queue.flush(timeout=60)
+    counts = plugin.queue.counts()
+    assert counts["done"] == 1 and counts["failed"] == 0, counts
+    said = _wait_alert(window, "stored by local extraction", 10)
+    assert len(said) == 1 and "scripted-llm" in said[0], window.alerts
+    # the memory is recalled in the next turn
+    assert "Okafor" in chat_turn(window, "Who is my dentist?", "Dr Okafor.", ctx_id=2)
+    b = plugin.memory_ui.open_browser(bank="default")
+    b.tabs.setCurrentWidget(b.timeline)
+    qtbot.waitUntil(lambda: b.timeline.tree.topLevelItemCount() >= 1, timeout=30_000)
+    item = b.timeline.tree.topLevelItem(b.timeline.tree.topLevelItemCount() - 1)
+    assert item.text(3).endswith("(local)") and "not valid JSON" in item.toolTip(3), item.text(3)
+    item.setSelected(True)
+    qtbot.waitUntil(lambda: "stored by local extraction" in b.timeline.detail.toPlainText(), timeout=30_000)
+    b.close()
