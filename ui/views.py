@@ -858,7 +858,10 @@ class QueueView(View):
                     st.get("embedder") or "—"])
                 for c in range(1, 7):
                     item.setTextAlignment(c, Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-            item.setToolTip(7, item.text(7))
+            item.setToolTip(7, item.text(7) + (f" — {st['embedder_note']}" if st.get("embedder_note") else ""))
+            if st.get("llm_fallbacks"):   # turns the LLM could not extract, stored by rules
+                item.setToolTip(5, f"{st['llm_fallbacks']} turn(s) stored by local extraction: "
+                                   f"the LLM's answers were unusable")
             self.stats.addTopLevelItem(item)
         self.stats_note.setText(f"Updated {datetime.now().strftime('%H:%M:%S')}. Local extraction makes "
                                 "no LLM calls; tokens are counted per bank since it was created.")
