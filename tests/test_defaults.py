@@ -330,3 +330,15 @@ def test_a_turn_the_llm_could_not_extract_is_stored_and_marked_in_the_browser(ho
     item.setSelected(True)
     qtbot.waitUntil(lambda: "stored by local extraction" in b.timeline.detail.toPlainText(), timeout=30_000)
     b.close()
+
+
+def test_the_doctor_follows_the_auto_choice_for_a_chat_only_endpoint(llm, tmp_path):
+    from types import SimpleNamespace
+    from memoryplus.cli.doctor import Doctor
+    from memoryplus.config.schema import Settings
+    llm.serve_embeddings = False
+    doctor = Doctor(SimpleNamespace())
+    doctor.embeddings(Settings(), Credentials(openai_api_key="sk-x", openai_base_url=llm.base_url), [])
+    checks = [(c.status, c.message) for c in doctor.checks if c.name == "embeddings"]
+    assert all(status == "OK" for status, _ in checks), checks
+    assert "serves no embeddings" in checks[0][1] and "local" in checks[-1][1], checks
