@@ -55,8 +55,14 @@ class Doctor:
             try:
                 self.add(f"package {dist}", "OK", metadata.version(dist))
             except metadata.PackageNotFoundError:
+                if dist == "wordllama":   # a plain install would replace PyGPT's numpy 1.26
+                    from memoryplus.config.install import local_embedder_command
+                    self.add(f"package {dist}", "WARN", "not installed: the local embedder falls "
+                             "back to hashed word features", local_embedder_command())
+                    continue
+                from memoryplus.plugin.problems import requirement   # pinned, as the add-on installs it
                 self.add(f"package {dist}", "FAIL" if core else "WARN", "not installed",
-                         f"{sys.executable} -m pip install {dist}")
+                         f'"{sys.executable}" -m pip install "{requirement(dist)}"')
 
     def settings(self):
         from memoryplus.config.paths import SETTINGS_FILE, data_dir, default_data_dir, load_settings
@@ -230,9 +236,22 @@ class Doctor:
 
         try:
             choice = resolve_embedder(settings, creds)
-            dim = asyncio.run(probe(choice))
+            try:
+                dim = asyncio.run(probe(choice))
+            except Exception as exc:
+                from memoryplus.worker.providers import embeddings_unserved, local_choice
+                if not (choice.local_if_unserved and embeddings_unserved(exc)):
+                    raise
+                self.add("embeddings", "OK", f"{choice.why}, which serves no embeddings "
+                         f"(HTTP {getattr(exc, 'status_code', '?')}): new banks get the local embedder")
+                choice = local_choice("")
+                dim = asyncio.run(probe(choice))
             key = f", key {mask(choice.api_key)}" if choice.api_key and choice.provider != "ollama" else ""
-            self.add("embeddings", "OK", f"{choice.provider}:{choice.model} returns {dim} dimensions{key}")
+            hashed = choice.provider == "hash"     # the offline embedder is missing
+            why, _, fix = choice.why.partition(". To install it")
+            message = f"{choice.provider}:{choice.model} returns {dim} dimensions{key}"
+            self.add("embeddings", "WARN" if hashed else "OK", f"{message} ({why})" if why else message,
+                     f"to install it{fix}" if hashed and fix else "")
         except Exception as exc:
             self.add("embeddings", "FAIL", f"the embedder fails: {str(exc).splitlines()[0][:200]}",
                      "check the Embedding Provider, Base URL and API Key settings, or choose local")

@@ -129,11 +129,15 @@ class Options:
     extraction_engine: Literal["auto", "local", "llm"] = opt(
         "auto", kind="combo", tab="models", label="Extraction Engine", description=(
             "llm: graphiti extracts entities and facts with the Graphiti model. local: rules and "
-            "lexicons, no LLM, no network. auto: llm when the provider has credentials, else local."))
+            "lexicons, no LLM, no network. auto: llm when the provider has credentials, else local. "
+            "A turn whose LLM answers are unusable (not valid JSON) is stored by local extraction "
+            "and marked; at most 40 LLM requests per turn."))
     llm_provider: Literal["auto", "openai", "ollama", "google", "openai_compatible"] = opt(
         "auto", kind="combo", tab="models", label="LLM Provider", description=(
             "Who serves the Graphiti and Insight models. auto: the provider PyGPT uses for the "
-            "chosen model (OpenAI outside PyGPT). openai_compatible: any server at Override Base URL."))
+            "chosen model, at PyGPT's endpoint (OpenAI outside PyGPT; PyGPT's OpenAI provider "
+            "pointed at another server is spoken to with Chat Completions). openai_compatible: "
+            "any server at Override Base URL."))
     insight_model: str = opt("gpt-4o", kind="combo", use="models", tab="models",
                              label="Insight Model", description=(
         "Model for emotion, topic and vibe analysis and for the memory gate, when those need "
@@ -151,8 +155,10 @@ class Options:
     embedding_provider: Literal["auto", "local", "openai", "ollama", "google"] = opt(
         "auto", kind="combo", tab="models", label="Embedding Provider", description=(
             "Who computes embeddings. local: an offline model shipped with MemoryPlus (no "
-            "download, no network). auto: OpenAI when an OpenAI key is configured, else local. "
-            "A bank keeps the embedding size it was created with; changing it needs a re-embed."))
+            "download, no network). auto: the provider PyGPT is set up with, at PyGPT's endpoint "
+            "(an OpenAI-compatible server or Ollama; local if it serves no embeddings), else OpenAI "
+            "with PyGPT's OpenAI key, else local; decided once per bank. A bank keeps the embedder "
+            "it was built with; changing it needs a re-embed."))
     embedding_model: str = opt("", tab="models", label="Embedding Model", description=(
         "Embedding model name. Empty: the provider's default (text-embedding-3-small, "
         "nomic-embed-text, gemini-embedding-001, or the local model)."))

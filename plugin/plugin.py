@@ -123,6 +123,12 @@ class Plugin(BasePlugin):
         self._status = ""
         self._last_expiry = 0.0
         self._llm_calls: list[tuple[float, int]] = []
+        self._said: set[str] = set()        # causes already told to the user (see _say_once)
+        self._streak: dict[str, int] = {}   # cause -> storing attempts failed in a row for it
+        self._asked_embedder: set[str] = set()   # banks whose embedder was asked of the worker
+        self._creds = None                  # PyGPT's keys and endpoints, as last read
+        self._embedder_shown: str | None = None
+        self._bank_embedders: dict[str, dict] = {}   # bank -> {"id", "why"}, from ingest reports
         # Auto: a direct call when emitted on the GUI thread, queued from the start-up thread.
         self.restore_requested.connect(self._restore_options)
         self.init_options()
@@ -216,8 +222,8 @@ class Plugin(BasePlugin):
                 self._report(f"MemoryPlus: {problem}")
             self.cache = SearchCache(s.search_cache_size, s.search_cache_ttl, s.search_cache_similarity,
                                      enabled=s.search_cache)
-            client = WorkerClient(s, self.banks_dir(), host.credentials(self.window, s),
-                                  mode=s.engine_mode, app="PyGPT")
+            self._creds = host.credentials(self.window, s)
+            client = WorkerClient(s, self.banks_dir(), self._creds, mode=s.engine_mode, app="PyGPT")
             client.start()
             self.client = client
             queue = IngestQueue(self.user_dir() / "spool", s, self._ingest_batch)
@@ -235,6 +241,7 @@ class Plugin(BasePlugin):
                         self._fail("cannot keep a turn that ended while starting", exc)
         except Exception as exc:  # never take PyGPT down with us
             self._fail("cannot start", exc)
+            self._say_problem(f"{type(exc).__name__}: {exc}", generic="start")
         finally:
             with self._lock:
                 self._ready.set()
@@ -305,9 +312,16 @@ class Plugin(BasePlugin):
                              enabled=s.search_cache)
         self.cache.clear()
         self.queue.configure(s)
+        with self._lock:     # the user may have fixed a cause: say it again if it persists
+            self._said.clear()
+        self._embedder_shown = None
+        self._asked_embedder.clear()
+        self._bank_embedders.clear()
+        self._streak.clear()
         if str(self.queue.counts().get("paused_reason") or "").startswith("LLM call limit"):
             self.queue.resume()   # the sink pauses again at once if the new limit is still spent
-        self.client.update_settings(s, host.credentials(self.window, s))
+        self._creds = host.credentials(self.window, s)
+        self.client.update_settings(s, self._creds)
 
     def shutdown(self, enabled: bool = True):  # PyGPT 2.9: on exit
         self._stop()
@@ -491,10 +505,18 @@ class Plugin(BasePlugin):
                                    timeout=max(60.0, self.settings.runner_timeout_s * len(turns)))
         except WorkerError as exc:
             retryable = exc.type not in ("BankNameError", "ValidationError", "EngineError")
+            self._storing_failed(str(exc))
             raise IngestError(str(exc), retryable=retryable) from None
         except (RequestTimeout, WorkerUnavailable) as exc:
+            self._storing_failed(str(exc))
             raise IngestError(str(exc), retryable=True) from None
+        self._streak.clear()
         report = IngestReport.model_validate(raw)    # flushed=False: the queue keeps them spooled
+        if report.embedder.get("id"):
+            self._bank_embedders[bank] = dict(report.embedder)
+        if report.fallbacks:
+            from memoryplus.plugin.problems import llm_fallback
+            self._say_once(llm_fallback(next(iter(report.fallbacks.values())), self.settings.graphiti_model))
         if self.cache is not None:
             self.cache.invalidate(bank)
         if report.llm_calls:
@@ -664,7 +686,11 @@ class Plugin(BasePlugin):
                 self.cache.invalidate(bank)
             say(message)
         except Exception as exc:
-            say(f"MemoryPlus could not do that: {_why(exc)}")
+            problem = self._problem(str(exc))
+            if problem is not None:
+                with self._lock:
+                    self._said.add(problem.cause)
+            say(f"MemoryPlus could not do that: {problem.text if problem else _why(exc)}")
 
     def forgotten(self, bank: str, report) -> None:
         """After the worker forgot turns (a ForgetReport's `sources`; None for a cleared bank):
@@ -677,9 +703,6 @@ class Plugin(BasePlugin):
             self.queue.forgotten(bank, [str(s) for s in report["sources"]])
 
     # ── talking to the user (GUI thread only) ──────────────────────────────────────────
-    def _tell(self, text: str) -> None:
-        self.notify.emit(text)          # queued to the GUI thread from anywhere
-
     def _report(self, text: str) -> None:
         self.last_error = text
         self.notify.emit(text)
@@ -708,6 +731,119 @@ class Plugin(BasePlugin):
         except Exception as exc:
             log.warning("cannot show a reply in the chat: %s", exc)
 
+    def _problem(self, error: str):
+        """The fixable cause behind an error text (see problems.py), or None."""
+        from memoryplus.plugin.problems import diagnose
+        st = self.client.status() if self.client is not None else {}
+        return diagnose(error, python=st.get("python") or "", endpoints=self._endpoints(st))
+
+    def _endpoints(self, st: dict) -> str:
+        """Which servers MemoryPlus talks to, by host only (for the texts of problems)."""
+        from memoryplus.worker.redact import host_of
+        s, c = self.settings, self._creds
+        parts = []
+        if st.get("extraction") == "llm":
+            pygpt = c.ollama_base_url if c is not None and c.model_provider == "ollama" else \
+                (c.openai_base_url if c is not None else "")
+            parts.append(f"LLM at {host_of(s.override_base_url or pygpt or 'https://api.openai.com/v1')}")
+        emb = ((st.get("embedder") or {}).get("new_banks") or {})
+        if emb.get("provider") and emb.get("provider") not in ("local", "hash"):
+            parts.append(f"embeddings {emb.get('id')}: {emb.get('why')}")
+        return "; ".join(parts)
+
+    def _say_problem(self, error: str, generic: str = "") -> None:
+        """Tell the user once about a cause they can fix; `generic`: a cause key for an
+        unrecognised error that must still be said (the worker cannot start)."""
+        from memoryplus.plugin.problems import Problem
+        problem = self._problem(error)
+        if problem is None and generic:
+            from memoryplus.worker.redact import redact
+            st = self.client.status() if self.client is not None else {}
+            python = st.get("python") or "python"
+            problem = Problem(f"worker:{generic}", redact(
+                f"MemoryPlus's memory worker cannot run: {error[:400]}\n\nYour turns are kept on "
+                f"disk, not stored. To see why: \"{python}\" -m memoryplus doctor; then use Restart "
+                f"worker in the memory browser (MemoryPlus menu)."))
+        if problem is not None:
+            self._say_once(problem)
+
+    def _storing_failed(self, error: str) -> None:
+        """A cause that may pass by itself (an unreachable server) is said once a turn has
+        failed on it as many times as the queue tries (Ingestion Retry Attempts); one that will
+        not (a missing package, a refused key, a bank in use) at once."""
+        problem = self._problem(error)
+        if problem is None:
+            return
+        n = self._streak[problem.cause] = self._streak.get(problem.cause, 0) + 1
+        if problem.cause != "unreachable" or n >= self.settings.retry_attempts:
+            self._say_once(problem)
+
+    def _say_once(self, problem) -> None:
+        with self._lock:
+            if problem.cause in self._said:
+                return
+            self._said.add(problem.cause)
+        log.warning("%s", problem.text.splitlines()[0])
+        self._report(problem.text)      # an alert dialog in PyGPT (the text has several lines)
+
+    def _watch_worker(self, st: dict) -> None:
+        """A worker that cannot start (or keeps dying) is said once, with its reason."""
+        state = st.get("state")
+        if state in ("fallback", "broken") and st.get("last_error"):
+            self._say_problem(str(st["last_error"]), generic=state)
+
+    def embedder_text(self, st: dict) -> str:
+        """The embedder in use for the current bank (else for new banks) and why."""
+        info = st.get("embedder") or {}
+        bank = self.current_bank()
+        cur = (self._bank_embedders.get(bank) or (info.get("banks") or {}).get(bank)
+               or info.get("new_banks") or {})
+        ident, why = cur.get("id") or "", cur.get("why") or ""
+        if not ident:
+            return f"Embeddings: {why}" if why else ""
+        if ident.startswith("hash") and "not installed" not in why:
+            from memoryplus.config.install import local_embedder_hint
+            why = (f"hashed word features: the offline embedder was not installed when this bank "
+                   f"was built. {local_embedder_hint(st.get('python') or '')}")
+        return f"Embeddings in use: {ident} — {why}" if why else f"Embeddings in use: {ident}"
+
+    def _ask_embedder(self, bank: str) -> None:
+        """The embedder an existing bank was built with (it keeps it), asked once (off the GUI
+        thread: the answer arrives on the client's thread)."""
+        if bank in self._asked_embedder or bank in self._bank_embedders or self.client is None:
+            return
+        self._asked_embedder.add(bank)
+
+        def done(fut) -> None:
+            try:
+                st = fut.result()
+                if isinstance(st, dict) and st.get("embedder"):
+                    self._bank_embedders.setdefault(bank, {"id": st["embedder"],
+                                                           "why": st.get("embedder_note") or ""})
+            except Exception:      # unknown bank (nothing stored yet): the new-bank choice shows
+                pass
+        self.client.submit("stats", {"bank": bank}, timeout=COMMAND_TIMEOUT_S).add_done_callback(done)
+
+    def _show_embedder(self, st: dict) -> None:
+        """On the settings page, under Embedding Provider: the embedder in use and why."""
+        if st.get("state") == "ready":
+            self._ask_embedder(self.current_bank())
+        text = self.embedder_text(st)
+        if not text or text == self._embedder_shown:
+            return
+        self._embedder_shown = text
+        from memoryplus.config.schema import options
+        base = next((o.description for o in options() if o.id == "embedding_provider"), "")
+        opt = self.options.get("embedding_provider")
+        if opt is not None:
+            opt["description"] = f"{base}\n\n{text}"
+        try:
+            node = self.window.ui.nodes.get(f"plugin.{self.id}.embedding_provider.desc")
+            if node is not None:
+                node.setText(f"{base}\n\n{text}")
+        except Exception:   # the settings dialog is not built yet: it reads the option
+            pass
+
     @Slot(str)
     def _show_message(self, text: str) -> None:
         try:
@@ -729,6 +865,9 @@ class Plugin(BasePlugin):
             if not self._started or self.client is None:
                 return
             self._maybe_expire()
+            st = self.client.status()
+            self._watch_worker(st)
+            self._show_embedder(st)
             text = self.status_text()
             if text != self._status:
                 self._status = text
@@ -768,6 +907,8 @@ class Plugin(BasePlugin):
             parts.append("turns are kept; use Restart worker in the memory browser")
         if st.get("extraction"):
             parts.append(f"{st['extraction']} extraction")
+        if self.embedder_text(st).startswith("Embeddings in use: hash"):
+            parts.append("hashed embeddings: the offline embedder is missing (see the settings)")
         return "MemoryPlus: " + " · ".join(parts)
 
     def _maybe_expire(self) -> None:

@@ -114,7 +114,7 @@ def plugin_options(extra: dict | None = None) -> dict[str, Any]:
 
 
 def seed_config(workdir: Path, base_url: str, *, model: str = "gpt-4o", responses_api: bool = True,
-                enable_plugin: bool = True, options: dict | None = None) -> Path:
+                enable_plugin: bool = True, options: dict | None = None, extra: dict | None = None) -> Path:
     """Write PyGPT's default config.json with what a user would have set, before start."""
     import pygpt_net
     defaults = Path(pygpt_net.__file__).parent / "data" / "config" / "config.json"
@@ -141,6 +141,7 @@ def seed_config(workdir: Path, base_url: str, *, model: str = "gpt-4o", response
     plugins = dict(data.get("plugins") or {})
     plugins[PLUGIN_ID] = plugin_options(options)
     data["plugins"] = plugins
+    data.update(extra or {})       # what else the user set in PyGPT (e.g. app.env)
     workdir.mkdir(parents=True, exist_ok=True)
     target = workdir / "config.json"
     target.write_text(json.dumps(data, indent=1), encoding="utf-8")
@@ -527,6 +528,7 @@ class Driver:
         if plugin is None:
             raise RuntimeError("MemoryPlus is not in window.core.plugins.plugins")
         self.plugin = plugin
+        self.record_alerts()
         rep["plugin_class"] = f"{type(plugin).__module__}.{type(plugin).__qualname__}"
         rep["plugin_file"] = getattr(sys.modules.get(type(plugin).__module__), "__file__", None)
         mp = sys.modules.get("memoryplus")
@@ -635,6 +637,18 @@ class Driver:
         from PySide6.QtWidgets import QApplication
         return [v for v in QApplication.allWidgets() if isinstance(v, QWebEngineView)]
 
+    def record_alerts(self) -> None:
+        """Every alert dialog PyGPT is asked to show from here on (still shown): what a user
+        would read."""
+        alerts = self.report.setdefault("alerts", [])
+        dialogs = self.window.ui.dialogs
+        original = dialogs.alert
+
+        def alert(msg, *a, **k):
+            alerts.append({"t": _now(), "text": str(msg)[:4000]})
+            return original(msg, *a, **k)
+        dialogs.alert = alert
+
     def plugin_enabled(self) -> bool:
         try:
             return bool(self.window.controller.plugins.is_enabled(PLUGIN_ID))
@@ -726,6 +740,12 @@ class Driver:
             rep["plugin_last_error"] = getattr(p, "last_error", None)
             rep["queue_counts"] = self.queue_counts()
             rep["worker_status"] = self.client_status()
+            try:
+                p.on_post_update()       # PyGPT's 1-second tick, so that the last store shows
+                rep["plugin_status_text"] = p.status_text()
+                rep["embedding_provider_description"] = p.options["embedding_provider"]["description"]
+            except Exception as exc:
+                rep["plugin_status_text"] = repr(exc)
         rep["ctx_ends"] = self._ctx_ends
         rep["workers_before_close"] = worker_processes(self.args.workdir)
         self.write()
@@ -781,6 +801,8 @@ def parse_args(argv=None):
     p.add_argument("--model", default="gpt-4o")
     p.add_argument("--option", action="append", default=[], metavar="KEY=JSON",
                    help="an extra plugins.memoryplus option to seed")
+    p.add_argument("--config", action="append", default=[], metavar="KEY=JSON",
+                   help="an extra PyGPT config.json key to seed (e.g. app.env)")
     p.add_argument("--message", action="append", help="a message to send (repeatable); default: two")
     p.add_argument("--command", action="append", help="a chat command to send after the messages "
                                                       "(repeatable); the report says if its reply is in the chat")
@@ -810,8 +832,12 @@ def main(argv=None) -> None:
         for item in args.option:
             k, _, v = item.partition("=")
             extra[k] = json.loads(v)
+        config = {}
+        for item in args.config:
+            k, _, v = item.partition("=")
+            config[k] = json.loads(v)
         seed_config(workdir, args.base_url or "http://127.0.0.1:9/v1", model=args.model,
-                    responses_api=not args.no_responses_api, options=extra)
+                    responses_api=not args.no_responses_api, options=extra, extra=config)
 
     plugin = None
     plugins = []

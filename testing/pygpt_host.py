@@ -87,6 +87,10 @@ class HostWindow:
         self.core = types.SimpleNamespace(debug=MagicMock(), models=MagicMock(), llm=MagicMock(),
                                           ctx=ctx_store)
         self.core.models.has.return_value = False
+        # PyGPT's provider registry as on a machine with no keys: no provider is set up (a
+        # bare MagicMock would hand the plugin a mock as an "API key"); Ollama's default URL.
+        self.core.llm.get.return_value = None
+        self.core.models.ollama.get_base_url.return_value = "http://localhost:11434"
         self.core.config = Config(self)
         self.core.config.init(all=False)
         self.core.plugins = PluginRegistry(self)

@@ -69,7 +69,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_EMBEDDING_DIM = 384
 DEFAULT_MODEL_ID = 'scripted-llm'
-FAULT_KINDS = ('429', '500', 'timeout', 'garbage', 'think')
+FAULT_KINDS = ('429', '500', '401', 'timeout', 'garbage', 'think')
 MAX_SUMMARY_CHARS = 900  # graphiti caps summaries at 1000; stay under it
 
 # --------------------------------------------------------------------------------------
@@ -1532,7 +1532,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._llm(body, 'chat')
         elif route == '/responses':
             self._llm(body, 'responses')
-        elif route == '/embeddings':
+        elif route == '/embeddings' and owner.serve_embeddings:
             self._embeddings(body)
         else:
             self._send_error_json(404, f'Unknown path {self.path}', 'invalid_request_error', 'not_found')
@@ -1557,6 +1557,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._answered = True
         elif fault.kind == '500':
             self._send_error_json(500, 'The server had an error (scripted fault).', 'server_error')
+            self._answered = True
+        elif fault.kind == '401':
+            self._send_error_json(401, 'Incorrect API key provided (scripted fault).',
+                                  'invalid_request_error', 'invalid_api_key')
             self._answered = True
         elif fault.kind == 'timeout':
             owner._sleep(owner.timeout_hold_s)
@@ -1779,6 +1783,7 @@ class ScriptedLLMServer:
     latency_s: per-call sleep for chat/responses calls (settable at runtime);
         ``latency_embeddings=True`` applies it to /v1/embeddings too.
     timeout_hold_s: how long a "timeout" fault holds the connection (default 5 s).
+    serve_embeddings: set False to answer /v1/embeddings with 404 (a chat-only server).
     requests: snapshot list of ``(path, parsed json body or None)``.
     calls: Counter per response-model / prompt kind (``'ExtractedEntities'``, ...,
         ``'chat'``, ``'rerank'``, ``'json_object'``, ``'embeddings'``).
@@ -1797,6 +1802,8 @@ class ScriptedLLMServer:
         self.embedding_dim = int(embedding_dim)
         self.timeout_hold_s = float(timeout_hold_s)
         self.latency_embeddings = False
+        # False: /v1/embeddings answers 404, as a chat-only OpenAI-compatible server does
+        self.serve_embeddings = True
         self.stream_chunk_delay_s = 0.0
         self.model_ids = list(model_ids)
         self.max_recorded = int(max_recorded)
@@ -1860,7 +1867,7 @@ class ScriptedLLMServer:
         """Queue a fault for the next ``count`` matching calls.
 
         kind: "429" (Retry-After header), "500", "timeout" (hold ``timeout_hold_s`` then
-        answer), "garbage" (200 with truncated/invalid JSON), "think" (valid answer
+        answer), "401" (a refused key), "garbage" (200 with truncated/invalid JSON), "think" (valid answer
         prefixed by a <think> block).  By default it hits chat/responses calls (any,
         or only structured ones with ``structured_only=True``); ``embeddings=True`` lets
         it hit /v1/embeddings too (``llm=False`` for embeddings only).

@@ -393,6 +393,9 @@ class TimelineView(View):
                                     str(r.get("facts", 0)), fmt_source(r.get("source"))])
             item.setData(0, ROLE, r)
             item.setToolTip(1, r.get("text") or "")
+            if r.get("fallback"):   # the LLM's answers were unusable: rules extracted this turn
+                item.setText(3, f"{r.get('facts', 0)} (local)")
+                item.setToolTip(3, f"Stored by local extraction: {r['fallback']}")
             item.setTextAlignment(3, Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
             self.tree.addTopLevelItem(item)
         n = len(self.rows)
@@ -414,6 +417,7 @@ class TimelineView(View):
                              f" · stored {esc(fmt_time(r.get('stored_at')))}"
                              + (f" · tags: {esc(fmt_tags(r.get('tags')))}" if r.get("tags") else "")
                              + (" · remembered on request" if r.get("explicit") else "")
+                             + (f" · stored by local extraction: {esc(r['fallback'])}" if r.get("fallback") else "")
                              + f"</p><p>{paragraphs(r.get('text'))}</p>")
         self.detail.setHtml(self._detail_html + "<p><i>Looking up the memories taken from this turn…</i></p>")
         self._lookup_memories(r, self._detail_gen)
@@ -854,7 +858,10 @@ class QueueView(View):
                     st.get("embedder") or "—"])
                 for c in range(1, 7):
                     item.setTextAlignment(c, Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-            item.setToolTip(7, item.text(7))
+            item.setToolTip(7, item.text(7) + (f" — {st['embedder_note']}" if st.get("embedder_note") else ""))
+            if st.get("llm_fallbacks"):   # turns the LLM could not extract, stored by rules
+                item.setToolTip(5, f"{st['llm_fallbacks']} turn(s) stored by local extraction: "
+                                   f"the LLM's answers were unusable")
             self.stats.addTopLevelItem(item)
         self.stats_note.setText(f"Updated {datetime.now().strftime('%H:%M:%S')}. Local extraction makes "
                                 "no LLM calls; tokens are counted per bank since it was created.")

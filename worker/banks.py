@@ -60,6 +60,7 @@ class BankManifest:
     backend: str
     embedder: str = ""
     embedding_dim: int = 0
+    embedder_note: str = ""     # why this embedder was chosen when the bank was built
 
     @classmethod
     def read(cls, path: Path) -> "BankManifest | None":
@@ -100,9 +101,9 @@ class BankDirectory:
     def exists(self, name: str) -> bool:
         return self.manifest(name) is not None
 
-    def create(self, name: str, embedder: str, dim: int) -> BankManifest:
+    def create(self, name: str, embedder: str, dim: int, note: str = "") -> BankManifest:
         m = BankManifest(name=name, slug=slug(name), backend=self.backend, embedder=embedder,
-                         embedding_dim=dim)
+                         embedding_dim=dim, embedder_note=note)
         path = self.path(name)
         path.mkdir(parents=True, exist_ok=True)
         os.chmod(path, 0o700)

@@ -452,6 +452,7 @@ class WorkerClient:
                 "extraction": (ch.info.get("extraction") if ch is not None and ch.info else None)
                 or self._health.get("extraction")
                 or (self.settings.extraction_engine if self.settings.extraction_engine != "auto" else None),
+                "embedder": self._health.get("embedder"),   # from the ready event, then each health check
                 "socket": ch.info.get("socket") if ch is not None else None,
                 "late_answers_dropped": self._late, "garbage_lines": self._garbage,
                 "startup_s": self._startup_s, "data_dir": str(self.data_dir),

@@ -28,7 +28,10 @@ class LocalEmbedder(EmbedderClient):
     @staticmethod
     def available() -> bool:
         import importlib.util
-        return importlib.util.find_spec("wordllama") is not None
+        try:
+            return importlib.util.find_spec("wordllama") is not None
+        except (ImportError, ValueError):   # a broken install: as good as none
+            return False
 
     @classmethod
     def _load(cls):

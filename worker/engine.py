@@ -50,7 +50,8 @@ from memoryplus.worker.isodates import parse_iso
 from memoryplus.worker.modes import ModeSpec, mode_spec
 from memoryplus.worker.providers import (
     EmbedderChoice, LLMUsage, OverlapReranker, ProviderError, build_embedder, build_llm,
-    count_usage, llm_available, resolve_embedder,
+    TurnBudget, count_usage, embeddings_unserved, llm_available, local_choice, resolve_embedder,
+    turn_budget, unusable_answer,
 )
 from memoryplus.worker.queries import q
 from memoryplus.worker.records import (
@@ -140,11 +141,15 @@ class EpisodeMeta:
     tags: list[str] = field(default_factory=list)
     explicit: bool = False
     vibe: float | None = None
+    # Why local extraction stored a turn meant for the LLM (its answers were unusable); "" else
+    fallback: str = ""
 
     def dump(self) -> str:
-        return json.dumps({"mp": 1, "state": self.state, "id": self.id, "hash": self.hash,
-                           "tags": self.tags, "explicit": self.explicit, "vibe": self.vibe},
-                          ensure_ascii=False)
+        d = {"mp": 1, "state": self.state, "id": self.id, "hash": self.hash,
+             "tags": self.tags, "explicit": self.explicit, "vibe": self.vibe}
+        if self.fallback:
+            d["fallback"] = self.fallback
+        return json.dumps(d, ensure_ascii=False)
 
     @classmethod
     def parse(cls, name: str | None, fallback_id: str) -> "EpisodeMeta":
@@ -153,7 +158,7 @@ class EpisodeMeta:
             if d.get("mp") == 1:
                 return cls(id=d["id"], hash=d.get("hash", ""), state=d.get("state", COMPLETE),
                            tags=list(d.get("tags") or []), explicit=bool(d.get("explicit")),
-                           vibe=d.get("vibe"))
+                           vibe=d.get("vibe"), fallback=str(d.get("fallback") or ""))
         except (ValueError, TypeError, KeyError, AttributeError):
             pass
         return cls(id=fallback_id, hash="", state=COMPLETE)
@@ -323,8 +328,20 @@ class MemoryEngine:
         embedder = build_embedder(choice)
         if manifest is None:
             # Record the size the embedder really returns (servers may ignore the requested one).
-            choice.dim = len(await embedder.create("dimension probe"))
-            manifest = self.dir.create(name, choice.id, choice.dim)
+            try:
+                choice.dim = len(await embedder.create("dimension probe"))
+            except Exception as exc:
+                if not (choice.local_if_unserved and embeddings_unserved(exc)):
+                    raise
+                # `auto` followed PyGPT's endpoint, which does not serve embeddings: decided
+                # once, for this bank, and recorded (the bank keeps it; see resolve_embedder).
+                status = getattr(exc, "status_code", "?")
+                choice = local_choice(f"{choice.why}, which does not serve embeddings "
+                                      f"(HTTP {status} for {choice.model})")
+                embedder = build_embedder(choice)
+                choice.dim = len(await embedder.create("dimension probe"))
+            manifest = self.dir.create(name, choice.id, choice.dim, note=choice.why)
+            log.info("bank %r: embedder %s (%s)", name, choice.id, choice.why)
         bank_dir = self.dir.path(name)
         if self.settings.backend == "kuzu":
             driver = await asyncio.to_thread(open_kuzu, bank_dir, name,
@@ -443,7 +460,8 @@ class MemoryEngine:
         return await self.ingest(bank_name, [Turn(id=key, user=text, tags=tags or [], explicit=True)])
 
     async def _ingest(self, bank: Bank, turns: list[Turn], defer_flush: bool = False) -> IngestReport:
-        report = IngestReport(engine=self.extraction, instance=self.instance)  # type: ignore[arg-type]
+        report = IngestReport(engine=self.extraction, instance=self.instance,  # type: ignore[arg-type]
+                              embedder={"id": bank.manifest.embedder, "why": bank.manifest.embedder_note})
         s = self.settings
         custom = [t.strip() for t in s.custom_memory_tags.split(",") if t.strip()]
         async with bank.write_lock:
@@ -470,6 +488,8 @@ class MemoryEngine:
                     await self._remove_episodes(bank, [ep_uuid])
                     if meta.state == COMPLETE:
                         report.replaced.append(turn.id)
+                # Each turn's own LLM budget (graphiti's calls, the gate's): see TurnBudget.
+                turn_budget.set(TurnBudget() if self.extraction == "llm" else None)
                 if not turn.explicit:
                     if s.auto_prune and local_extract.is_low_value(body, s.low_value_threshold):
                         report.skipped[turn.id] = "pruned: low value"
@@ -485,7 +505,11 @@ class MemoryEngine:
                                    explicit=turn.explicit, vibe=info.vibe)
                 await self._store(bank, ep_uuid, body, turn.time, meta)
                 report.stored.append(turn.id)
-            report.llm_calls = self._settle_usage(bank, pruned=pruned, skipped_by_gate=gated)
+                if meta.fallback:
+                    report.fallbacks[turn.id] = meta.fallback
+            turn_budget.set(None)
+            report.llm_calls = self._settle_usage(bank, pruned=pruned, skipped_by_gate=gated,
+                                                  llm_fallbacks=len(report.fallbacks))
             written = len(report.stored) + len(report.replaced)
             bank.unflushed += written
             if written and defer_flush and bank.unflushed < max(20, s.kuzu_buffer_pool_mb):
@@ -533,7 +557,21 @@ class MemoryEngine:
                                created_at=utc_now(), valid_at=when)
         await episode.save(bank.driver)          # pending: visible to recovery, not yet complete
         if self.extraction == "llm":
-            edges, found_tags = await self._extract_llm(bank, episode)
+            try:
+                edges, found_tags = await self._extract_llm(bank, episode)
+            except Exception as exc:
+                if not unusable_answer(exc):
+                    raise     # an outage, a bad key, a rate limit: retried, and said to the user
+                budget = turn_budget.get()
+                meta.fallback = (budget.gave_up if budget is not None and budget.gave_up else
+                                 f"the model's answer did not fit the requested shape ({type(exc).__name__})")
+                log.warning("bank %r: the LLM could not extract a turn (%s); stored by local extraction",
+                            bank.name, meta.fallback)
+                # Whatever graphiti wrote before it gave up goes; the turn is stored by rules.
+                await self._remove_episodes(bank, [ep_uuid])
+                await episode.save(bank.driver)
+                edges = await self._extract_local(bank, episode, meta)
+                found_tags = []
             if found_tags:  # the LLM's Emotion/Topic entities become the turn's tags too
                 meta.tags = list(dict.fromkeys([*meta.tags, *found_tags]))
                 if self.settings.vibe_scoring:
@@ -1212,7 +1250,9 @@ class MemoryEngine:
                          llm_input_tokens=u["llm_input_tokens"], llm_output_tokens=u["llm_output_tokens"],
                          llm_calls_today=bank.usage.today(), skipped_by_gate=u["skipped_by_gate"],
                          pruned=u["pruned"], embedder=bank.manifest.embedder,
-                         embedding_dim=bank.manifest.embedding_dim, engine=self.extraction)
+                         embedder_note=bank.manifest.embedder_note,
+                         embedding_dim=bank.manifest.embedding_dim, engine=self.extraction,
+                         llm_fallbacks=u.get("llm_fallbacks", 0))
 
     async def banks_info(self) -> list[BankInfo]:
         out = []
@@ -1236,7 +1276,7 @@ class MemoryEngine:
             for r in rows:
                 m = EpisodeMeta.parse(r["name"], r["uuid"])
                 out.append({"id": r["uuid"], "source": m.id, "text": r["content"], "tags": m.tags,
-                            "vibe": m.vibe, "explicit": m.explicit,
+                            "vibe": m.vibe, "explicit": m.explicit, "fallback": m.fallback,
                             "valid_at": _iso(r["valid_at"]), "stored_at": _iso(r["created_at"]),
                             "facts": len(r["entity_edges"] or []), "complete": m.state == COMPLETE})
             return out
@@ -1359,7 +1399,18 @@ class MemoryEngine:
     async def health(self) -> dict:
         return {"ok": True, "pid": os.getpid(), "backend": self.settings.backend,
                 "extraction": self.extraction, "mode": self.settings.memory_mode,
-                "banks_open": sorted(self.banks)}
+                "banks_open": sorted(self.banks), "embedder": self.embedder_status()}
+
+    def embedder_status(self) -> dict:
+        """What the settings page shows: the embedder a new bank gets, and why, and the one
+        each open bank was built with (a bank keeps its own)."""
+        try:
+            choice = self.embedder_override or resolve_embedder(self.settings, self.credentials)
+            new = {"id": choice.id, "why": choice.why, "provider": choice.provider}
+        except Exception as exc:    # informative only: never fail a health check (or the start) for it
+            new = {"id": "", "why": redact.redact(str(exc))[:300], "provider": ""}
+        return {"new_banks": new, "banks": {b.name: {"id": b.manifest.embedder, "why": b.manifest.embedder_note}
+                                            for b in self.banks.values()}}
 
 
 STOPWORDS = frozenset("""the and for that this with you your are was were have has had not but

@@ -254,6 +254,7 @@ class WorkerServer:
     def _identity(self) -> dict[str, Any]:
         return {"pid": os.getpid(), "protocol": P.PROTOCOL_VERSION, "role": self.cfg.role,
                 "extraction": self.engine.extraction if self.engine else None,
+                "embedder": self.engine.embedder_status() if self.engine else None,
                 "backend": self.engine.settings.backend if self.engine else None,
                 "socket": self.socket_path, "python": sys.executable}
 

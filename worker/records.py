@@ -77,6 +77,11 @@ class IngestReport(Record):
     # such turns until a flushed answer from the same engine `instance`.
     flushed: bool = True
     instance: str = ""
+    # caller id -> why: turns the LLM could not extract (unusable answers), stored by local
+    # extraction instead and marked so
+    fallbacks: dict[str, str] = Field(default_factory=dict)
+    # the bank's embedder and why it has it ({"id", "why"}), for the settings page
+    embedder: dict[str, str] = Field(default_factory=dict)
 
 
 ResultKind = Literal["fact", "entity", "episode"]
@@ -120,8 +125,10 @@ class BankStats(Record):
     skipped_by_gate: int = 0
     pruned: int = 0
     embedder: str = ""
+    embedder_note: str = ""       # why the bank has this embedder (decided when it was built)
     embedding_dim: int = 0
     engine: str = ""
+    llm_fallbacks: int = 0        # turns stored by local extraction because the LLM's answers were unusable
 
 
 class BankInfo(Record):

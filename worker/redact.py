@@ -21,6 +21,17 @@ _PATTERNS = [
 MASK = "[redacted]"
 
 
+def host_of(url: str) -> str:
+    """The host[:port] of an endpoint, for messages: never its path, query or credentials."""
+    from urllib.parse import urlsplit
+    try:
+        parts = urlsplit(url if "//" in url else f"//{url}")
+        host = parts.hostname or ""
+        return f"{host}:{parts.port}" if parts.port else host
+    except ValueError:
+        return "the configured endpoint"
+
+
 def register(*secrets: str) -> None:
     """Remember secret values so that they are masked wherever they appear."""
     with _lock:
