@@ -21,6 +21,8 @@ NEEDS_PYGPT=(
   tests/test_bench.py          # the bench loads the plugin in PyGPT's host
   tests/test_chaos.py          # the chaos run drives the plugin
   tests/test_demo.py           # the demo drives the plugin
+  tests/test_defaults.py       # the common set-ups in PyGPT's host
+  tests/test_defaults_e2e.py   # ... and in the real app
   tests/test_import_pygpt.py   # builds PyGPT's own history database
   tests/test_plugin.py
   tests/test_reliability.py    # the plugin's retry and spool paths
