@@ -138,35 +138,43 @@ class TurnIndex:
             self._vectors[i] = np.zeros(self.dim, dtype=np.float32)
         self._matrix = None
 
+    def signals(self, query: str, query_vector, until: datetime | None = None) -> tuple[list[np.ndarray], np.ndarray]:
+        """Per slot: BM25 over the turn, BM25 over its user message, cosine to its user
+        message; and which slots are live (stored, dated up to `until`)."""
+        n = len(self.uuids)
+        live = np.array([u is not None for u in self.uuids], dtype=bool)
+        if until is not None and n:
+            live &= np.array(self.times) <= until.timestamp()
+        terms = tokens(query)
+        if self._matrix is None:
+            self._matrix = np.vstack(self._vectors) if self._vectors else np.zeros((0, self.dim), np.float32)
+        return [self.turn.scores(terms, n), self.user.scores(terms, n),
+                self._matrix @ np.asarray(query_vector, dtype=np.float32)], live
+
+    @staticmethod
+    def fuse(signals: list[np.ndarray], live: np.ndarray, weights=WEIGHTS) -> np.ndarray:
+        """The signals standardised over the live turns and summed with `weights`; -inf for
+        turns that are not live or below the relevance floor."""
+        total = np.zeros(len(live))
+        for w, s in zip(weights, signals):
+            x = s[live]
+            sd = x.std() if len(x) else 0.0
+            if sd > 0:
+                total[live] += w * (x - x.mean()) / sd
+        total += 1e-6 * signals[2]          # a bank of one turn has no spread: cosine decides
+        total[~(live & ((signals[0] > 0) | (signals[2] >= COSINE_FLOOR)))] = -np.inf
+        return total
+
     def search(self, query: str, query_vector, limit: int, until: datetime | None = None) -> list[tuple[str, float]]:
         """The best `limit` turns (episode uuid, fused score), best first; only turns dated up
         to `until` when given, and only those above the relevance floor. A score is a sum of
         standardised signals (how far the turn stands out from the bank's turns)."""
-        n = len(self.uuids)
         if not self.slot or not limit:
             return []
-        live = np.array([u is not None for u in self.uuids])
-        if until is not None:
-            live &= np.array(self.times) <= until.timestamp()
-        if not live.any():
+        total = self.fuse(*self.signals(query, query_vector, until))
+        k = min(limit, int(np.isfinite(total).sum()))
+        if not k:
             return []
-        terms = tokens(query)
-        if self._matrix is None:
-            self._matrix = np.vstack(self._vectors)
-        signals = [self.turn.scores(terms, n), self.user.scores(terms, n),
-                   self._matrix @ np.asarray(query_vector, dtype=np.float32)]
-        total = np.zeros(n)
-        for w, s in zip(WEIGHTS, signals):
-            x = s[live]
-            sd = x.std()
-            if sd > 0:
-                total[live] += w * (x - x.mean()) / sd
-        total += 1e-6 * signals[2]          # a bank of one turn has no spread: cosine decides
-        live &= (signals[0] > 0) | (signals[2] >= COSINE_FLOOR)
-        if not live.any():
-            return []
-        total[~live] = -np.inf
-        k = min(limit, int(live.sum()))
         top = np.argpartition(-total, k - 1)[:k]
         top = top[np.argsort(-total[top], kind="stable")]
         return [(self.uuids[i], float(total[i])) for i in top]
