@@ -52,3 +52,22 @@ async def test_the_conversations_time_is_now(engine):
     # as_of at a date of the conversation keeps its entities too
     past = await engine.search(BANK, "Anna", limit=10, as_of=T0 + timedelta(days=2))
     assert any(r.kind == "entity" for r in past)
+
+
+async def test_a_replaced_fact_is_not_shown_as_current(engine):
+    """After "I live in Berlin" and then "I live in Lisbon now", "where do I live" gave the
+    Berlin turn first, as current, and a user summary saying both."""
+    await engine.ingest(BANK, [turn(1, "I live in Berlin."),
+                               turn(2, "My cat Pistachio needs new food.", days=5),
+                               turn(3, "I live in Lisbon now.", days=30)])
+    results = await engine.search(BANK, "Where do I live?", limit=5)
+    assert "Lisbon" in results[0].text, [(r.kind, r.text[:40]) for r in results]
+    for r in results:
+        if "Berlin" in r.text:
+            assert r.invalid_at == T0 + timedelta(days=30), f"shown as current: {r.kind} {r.text!r}"
+    user = next(r for r in await engine.search(BANK, "tell me about the user", limit=10)
+                if r.kind == "entity" and r.name == "User")
+    assert "Lisbon" in user.text and "Berlin" not in user.text, user.text
+    # asked about the past, the Berlin turn is the answer
+    before = await engine.search(BANK, "Where did I live before Lisbon?", limit=5)
+    assert any("Berlin" in r.text for r in before[:3])

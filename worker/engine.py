@@ -625,6 +625,7 @@ class MemoryEngine:
 
         new_edges: list[EntityEdge] = []
         kept_edges: list[str] = []
+        replaced: set[str] = set()            # entities whose summaries told a fact now replaced
         for fact in found.facts:
             src = entity(fact.subject, "Entity")
             tgt = entity(fact.object, "Entity")
@@ -655,6 +656,7 @@ class MemoryEngine:
                     else:
                         await self._query(bank, "expire_fact", uuid=old["uuid"],
                                           invalid_at=episode.valid_at, expired_at=now)
+                        replaced |= {src, old["target"]}
             new_edges.append(edge)
 
         texts = [n.name for n in new_nodes.values()] + [e.fact for e in new_edges]
@@ -689,6 +691,15 @@ class MemoryEngine:
             await self._query(bank, "set_summaries", rows=[
                 {"uuid": r["uuid"], "summary": self._append_summary(r["summary"] or "", learned[r["uuid"]])}
                 for r in rows])
+        # A summary must not keep telling what was replaced ("lives in Berlin" beside "lives
+        # in Lisbon"): rebuilt from the current facts, oldest first, as a forget rebuilds it.
+        replaced -= set(new_nodes)
+        if replaced:
+            facts = sorted((f for f in await self._query(bank, "facts_touching", uuids=list(replaced))
+                            if f["expired_at"] is None), key=lambda f: _ts(f["valid_at"]) or now)
+            await self._query(bank, "set_summaries", rows=[
+                {"uuid": u, "summary": self._rule_summary("", [f for f in facts if u in (f["source"], f["target"])])}
+                for u in replaced])
         return [e.uuid for e in new_edges] + kept_edges
 
     @staticmethod
@@ -798,29 +809,47 @@ class MemoryEngine:
             flt = self._search_filter(as_of, now)
         results = await bank.graphiti.search_(text, config=self._search_config(depth),
                                               group_ids=[bank.slug], search_filter=flt)
-        turns = await self._turn_hits(bank, text, as_of or now, depth)
+        turns, ended = await self._turn_hits(bank, text, as_of or now, depth, past)
         # a question about the past ranks the replaced facts by the current ones: all of those
-        out = await self._fuse(bank, results, as_of or now, None if past else limit, turns)
+        out = await self._fuse(bank, results, as_of or now, None if past else limit, turns, ended)
         if past:
             out += await self._superseded(bank, results.edges[:SUPERSEDED_FOR], out)
         return out
 
-    async def _turn_hits(self, bank: Bank, text: str, until: datetime | None,
-                         depth: int) -> list[tuple[Any, float]]:
+    async def _turn_hits(self, bank: Bank, text: str, until: datetime | None, depth: int,
+                         past: bool = False) -> tuple[list[tuple[Any, float]], dict[str, datetime]]:
         """The turn index's best `depth` turns as (episode, score), standing in for graphiti's
-        keyword-only turn search. Scored by rank as graphiti's RRF scores its single list
-        (1, 1/2, 1/3 …), so the weights between kinds keep their meaning."""
+        keyword-only turn search, scored by rank as graphiti's RRF scores its single list
+        (1, 1/2, 1/3 …), so the weights between kinds keep their meaning.
+
+        Also, by episode uuid, when a turn stopped being true: every fact drawn from it was
+        replaced ("I live in Berlin" after "I live in Lisbon now"). Such a turn is no answer
+        to a question about now: it follows the turns still true (not for a question about
+        the past, where it is the answer), and its result says when it ended."""
         index = await self._turn_index(bank)
         if not len(index):
-            return []
+            return [], {}
         vec = await bank.embedder.create(text)
         hits = index.search(text, vec, depth, as_utc(until) if until else None)
         rows = await self._episodes(bank, [u for u, _ in hits])
+        hits = [u for u, _ in hits if u in rows]
+        edges = list({e for u in hits for e in rows[u]["entity_edges"] or []})
+        ends: dict[str, datetime | None] = {}
+        for r in await self._query(bank, "facts_by_uuid", uuids=edges) if edges else []:
+            end = _ts(r["invalid_at"])
+            ends[r["uuid"]] = end if end is not None and (until is None or end <= as_utc(until)) else None
+        ended: dict[str, datetime] = {}
+        for u in hits:
+            mine = [ends.get(e) for e in rows[u]["entity_edges"] or [] if e in ends]
+            if mine and all(mine):
+                ended[u] = max(mine)
+        if not past:
+            hits.sort(key=lambda u: u in ended)      # stable: the index's order otherwise
         return [(EpisodicNode(uuid=u, name=rows[u]["name"], group_id=bank.slug, labels=[],
                               source=EpisodeType.message, content=rows[u]["content"] or "",
                               source_description="", created_at=_ts(rows[u]["created_at"]),
                               valid_at=_ts(rows[u]["valid_at"])), 1 / rank)
-                for rank, (u, _) in enumerate(hits, 1) if u in rows]
+                for rank, u in enumerate(hits, 1)], ended
 
     async def _superseded(self, bank: Bank, edges: list, found: list[SearchResult]) -> list[SearchResult]:
         """For a question about the past: the facts that the current facts found replaced
@@ -884,7 +913,8 @@ class MemoryEngine:
             return 0
 
     async def _fuse(self, bank: Bank, res, as_of: datetime | None,
-                    limit: int | None = None, turns: list[tuple[Any, float]] | None = None) -> list[SearchResult]:
+                    limit: int | None = None, turns: list[tuple[Any, float]] | None = None,
+                    ended: dict[str, datetime] | None = None) -> list[SearchResult]:
         """One ranked list from facts, entities and episodes: scores scaled per kind, weighted,
         nudged (boundedly) by feedback ratings; tags and sources from the episodes behind each.
 
@@ -930,8 +960,8 @@ class MemoryEngine:
                 if kind == "episode":
                     meta = known[c.uuid]
                     out.append(SearchResult(id=c.uuid, kind="episode", text=c.content,
-                                            valid_at=_ts(c.valid_at), tags=meta.tags,
-                                            sources=[meta.id], score=score))
+                                            valid_at=_ts(c.valid_at), invalid_at=(ended or {}).get(c.uuid),
+                                            tags=meta.tags, sources=[meta.id], score=score))
                 else:
                     behind = sources.get(c.uuid)
                     if not behind:
