@@ -267,10 +267,11 @@ def summarize(records: list[dict]) -> dict[str, Any]:
             d[f"any_at10{suffix}"] = _mean(r[f"{side}_at10"]["any"] for r in rs)
             d[f"all_at10{suffix}"] = _mean(r[f"{side}_at10"]["all"] for r in rs)
             d[f"session_at5{suffix}"] = _mean(r[f"{side}_at5"]["session"] for r in rs)
+            d[f"tokens_at5{suffix}"] = _mean(r[f"tokens_at5{suffix}"] for r in rs)
         return d
     overall = block(scored)
     for key, value in overall.items():
-        if key != "n":
+        if key != "n" and not key.startswith("tokens"):
             out[f"dev_{key}"] = value
     out["dev_by_type"] = {t: block([r for r in scored if r["type"] == t])
                           for t in sorted({r["type"] for r in scored})}
@@ -336,7 +337,8 @@ def run_dev(path: str | Path, limit: int | None = None, *, workdir: Path | None 
     return out
 
 
-TYPE_COLS = [("any_at5", "any@5"), ("all_at10", "all@10"), ("any_at10", "any@10"), ("session_at5", "sess@5")]
+TYPE_COLS = [("any_at5", "any@5"), ("all_at10", "all@10"), ("any_at10", "any@10"), ("session_at5", "sess@5"),
+             ("tokens_at5", "tokens@5")]
 
 
 def print_dev(out: dict, stream=sys.stdout) -> None:
@@ -352,7 +354,8 @@ def print_dev(out: dict, stream=sys.stdout) -> None:
                                                           if k.startswith("dev_") and not isinstance(v, dict)}})]
     rows += list(out["dev_by_type"].items())
     for name, d in rows:
-        cells = " ".join(f"{d[k]:6.3f}/{d[k + '_bm25']:<6.3f}" for k, _ in TYPE_COLS)
+        cells = " ".join(f"{d[k]:6.0f}/{d[k + '_bm25']:<6.0f}" if k.startswith("tokens") else
+                         f"{d[k]:6.3f}/{d[k + '_bm25']:<6.3f}" for k, _ in TYPE_COLS)
         print(f"{name:28} {int(d['n']):>3} {cells}", file=stream)
     print(f"tokens of the top 5: {out['dev_tokens_at5']:.0f} (BM25 {out['dev_tokens_at5_bm25']:.0f}), "
           f"top 10: {out['dev_tokens_at10']:.0f} (BM25 {out['dev_tokens_at10_bm25']:.0f}); "
