@@ -56,3 +56,30 @@ def test_until_and_remove():
     assert "lisbon" not in idx.turn.postings and "lisbon" not in idx.user.postings, "nothing of it is kept"
     idx.add("u1", "User: I live in Porto\nAssistant: ok", T0, vec(1, 0))     # replaced: once
     assert len(idx) == 2 and [u for u, _ in idx.search("Porto", vec(0, 1), 5)][0] == "u1"
+
+
+async def test_turns_stored_while_the_index_is_built_are_in_it(engine, monkeypatch):
+    """The index is built on a bank's first search from one read of the bank; a turn stored
+    after that read and before the index is in place must not be missing from it."""
+    import asyncio
+    from memoryplus.worker.records import Turn
+    await engine.ingest("b", [Turn(id="1", user="I play the cello", time=T0)])
+    bank = await engine._bank("b", create=False)
+    bank.turns = None
+    read, go_on = asyncio.Event(), asyncio.Event()
+    query = engine._query
+
+    async def slow_read(bank_, name, /, **params):
+        rows = await query(bank_, name, **params)
+        if name == "episodes_all":         # the read is done: hold the build here
+            read.set()
+            await go_on.wait()
+        return rows
+    monkeypatch.setattr(engine, "_query", slow_read)
+    build = asyncio.ensure_future(engine._turn_index(bank))
+    await read.wait()
+    await engine.ingest("b", [Turn(id="2", user="I also play the oboe", time=T0 + timedelta(days=1))])
+    go_on.set()
+    index = await build
+    assert len(index) == 2
+    assert [r.sources[0] for r in await engine.search("b", "oboe", limit=3)][0] == "2"

@@ -235,6 +235,7 @@ class Bank:
     in_transaction: bool = False  # a Kuzu transaction is open: new searches wait (see _all_or_nothing)
     unflushed: int = 0          # turns written since the last checkpoint (deferred flushes)
     turns: TurnIndex | None = None  # the stored turns as an index (built on the first search)
+    turns_pending: list | None = None  # while it is built: the writes to apply to it after
 
     @property
     def provider(self) -> GraphProvider:
@@ -412,15 +413,23 @@ class MemoryEngine:
 
     async def _turn_index(self, bank: Bank) -> TurnIndex:
         """The bank's turns as an index (turn_index.py), built from the bank once per open."""
+        while bank.turns is None and bank.turns_pending is not None:
+            await asyncio.sleep(0.005)          # another search is building it
         if bank.turns is None:
-            rows = [r for r in await self._query(bank, "episodes_all", gid=bank.slug)
-                    if EpisodeMeta.parse(r["name"], r["uuid"]).state == COMPLETE]
-            users = [split_body(r["content"] or "")[0] or "-" for r in rows]
-            vectors = await bank.embedder.create_batch(users) if users else []
-            index = TurnIndex(dim=len(vectors[0]) if vectors else 1)
-            for r, v in zip(rows, vectors):
-                index.add(r["uuid"], r["content"] or "", _ts(r["valid_at"]), v)
-            bank.turns = index
+            bank.turns_pending = []             # writes while it is read go here, then in
+            try:
+                rows = [r for r in await self._query(bank, "episodes_all", gid=bank.slug)
+                        if EpisodeMeta.parse(r["name"], r["uuid"]).state == COMPLETE]
+                users = [split_body(r["content"] or "")[0] or "-" for r in rows]
+                vectors = await bank.embedder.create_batch(users) if users else []
+                index = TurnIndex(dim=len(vectors[0]) if vectors else bank.manifest.embedding_dim or 1)
+                for r, v in zip(rows, vectors):
+                    index.add(r["uuid"], r["content"] or "", _ts(r["valid_at"]), v)
+                for op, args in bank.turns_pending:
+                    index.add(*args) if op == "add" else index.remove(*args)
+                bank.turns = index
+            finally:
+                bank.turns_pending = None
         return bank.turns
 
     async def _entity_index(self, bank: Bank) -> dict[str, tuple[str, str]]:
@@ -557,9 +566,12 @@ class MemoryEngine:
         meta.state = COMPLETE
         await self._query(bank, "set_episode_meta", uuid=ep_uuid, name=meta.dump(), entity_edges=edges,
                           description=self._description(meta))
-        if bank.turns is not None:
+        if bank.turns is not None or bank.turns_pending is not None:
             vec = (await bank.embedder.create_batch([split_body(body)[0] or "-"]))[0]
-            bank.turns.add(ep_uuid, body, when, vec)
+            if bank.turns is not None:
+                bank.turns.add(ep_uuid, body, when, vec)
+            else:                   # the index is being built from a read that may miss it
+                bank.turns_pending.append(("add", (ep_uuid, body, when, vec)))
 
     @staticmethod
     def _description(meta: EpisodeMeta) -> str:
@@ -1178,6 +1190,8 @@ class MemoryEngine:
         bank.entities = None
         if bank.turns is not None:
             bank.turns.remove(ep_uuids)
+        elif bank.turns_pending is not None:
+            bank.turns_pending.append(("remove", (list(ep_uuids),)))
         return len(gone)
 
     async def _restore_superseded(self, bank: Bank, deleted: list[dict]) -> None:

@@ -124,6 +124,7 @@ class TurnIndex:
         self.turn.add(i, tokens(f"{user} {asst}"))
         self.user.add(i, tokens(user))
         v = np.asarray(user_vector if user_vector is not None else np.zeros(self.dim), dtype=np.float32)
+        self.dim = len(v)                   # the embedder's, whatever the index was made with
         self._vectors.append(v)
         self._matrix = None
 
@@ -135,7 +136,7 @@ class TurnIndex:
             self.uuids[i] = None
             self.turn.remove(i)
             self.user.remove(i)
-            self._vectors[i] = np.zeros(self.dim, dtype=np.float32)
+            self._vectors[i] = np.zeros_like(self._vectors[i])
         self._matrix = None
 
     def signals(self, query: str, query_vector, until: datetime | None = None) -> tuple[list[np.ndarray], np.ndarray]:
