@@ -19,14 +19,12 @@ import asyncio
 import json
 import math
 import os
-import re
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections import Counter
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -35,6 +33,7 @@ DATA_FILE = Path(__file__).resolve().parent.parent / "testing" / "data" / "recal
 T0 = datetime(2025, 1, 1, tzinfo=timezone.utc)
 BANK = "default"          # where PyGPT's unsaved `current.chat` preset stores
 from memoryplus.testing.pygpt_host import LOCAL  # noqa: E402  (stdlib only at import)
+from memoryplus.cli import bench_recall  # noqa: E402  (stdlib only at import)
 
 SIZES = {   # per mode: how much of everything (checkpoints: bank sizes where growth is measured;
             # chat_at: the bank size the chat turns, and so the inject figures, run at)
@@ -94,24 +93,8 @@ def slope_per_100(points: list[tuple[int, float]]) -> float:
     return 100 * sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / den if den else float("nan")
 
 
-WORD = re.compile(r"\w+")
-
-
-def bm25_ranking(query: str, docs: dict[str, str], k1: float = 1.5, b: float = 0.75) -> list[str]:
-    toks = {d: [w.lower() for w in WORD.findall(t)] for d, t in docs.items()}
-    avg = sum(map(len, toks.values())) / len(toks)
-    df = Counter(w for ws in toks.values() for w in set(ws))
-    n = len(docs)
-    scores = {}
-    for d, ws in toks.items():
-        tf = Counter(ws)
-        s = 0.0
-        for w in (w.lower() for w in WORD.findall(query)):
-            if w in tf:
-                idf = math.log(1 + (n - df[w] + 0.5) / (df[w] + 0.5))
-                s += idf * tf[w] * (k1 + 1) / (tf[w] + k1 * (1 - b + b * len(ws) / avg))
-        scores[d] = s
-    return [d for d, s in sorted(scores.items(), key=lambda x: -x[1]) if s > 0]
+# The README's BM25 (data set of issue 18): the one keyword baseline of every recall figure.
+from memoryplus.cli.bench_recall import bm25_ranking  # noqa: E402,F401
 
 
 def load_data(bank_turns: int) -> tuple[list[tuple[str, str, str]], list[tuple[str, str]]]:
@@ -341,7 +324,7 @@ class Ingestion:
 
 
 def phase_recall(client, turns, questions, out: dict, prefix: str = "") -> None:
-    docs = {tid: f"User: {u}\nAssistant: {a}" for tid, u, a in turns}
+    docs = {tid: f"{u} {a}" for tid, u, a in turns}
     ours = base = 0
     for q, answer in questions:
         results = client.call("search", {"bank": BANK, "query": q, "limit": 10}, timeout=120)
@@ -649,7 +632,10 @@ async def _baseline(a: dict) -> None:
 
 # ── the run ─────────────────────────────────────────────────────────────────────────────
 def run_bench(mode: str = "quick", json_path: str | os.PathLike | None = None, *,
-              workdir: Path | None = None, stream=sys.stdout) -> dict:
+              workdir: Path | None = None, stream=sys.stdout, recall_file: str | os.PathLike | None = None,
+              recall_limit: int | None = None) -> dict:
+    if mode == "recall":     # `bench --recall FILE` alone: only recall on real conversations
+        return bench_recall.run_section(recall_file, recall_limit, json_path, stream)
     if mode not in SIZES:
         raise ValueError(f"unknown bench mode {mode!r}: smoke, quick or full")
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
@@ -761,6 +747,7 @@ def run_bench(mode: str = "quick", json_path: str | os.PathLike | None = None, *
         server.stop()
         if tmp is not None:
             tmp.cleanup()
+    out.update(bench_recall.dev_for_mode(mode, recall_file, recall_limit, out))
     out["seconds"] = time.monotonic() - started
     out["growth"] = growth.get("points", [])
     out["rss_points_ours"] = [list(p) for p in growth.get("ours", [])]
@@ -768,6 +755,7 @@ def run_bench(mode: str = "quick", json_path: str | os.PathLike | None = None, *
     out["rss_points_graphiti_bounded_pool"] = [list(p) for p in growth.get("graphiti_bounded_pool", [])]
     out["rss_points_ours_llm"] = [list(p) for p in growth.get("ours_llm", [])]
     print_table(out, stream)
+    bench_recall.print_dev(out, stream)
     if json_path:
         Path(json_path).write_text(json.dumps(out, indent=2, default=float) + "\n", encoding="utf-8")
     return out
@@ -783,6 +771,8 @@ def print_table(out: dict, stream=sys.stdout) -> None:
         else:
             holds = ok(v) if ok and not math.isnan(v) else None
         mark = "" if holds is None else ("yes" if holds else "NO")
+        if key.startswith("recall_at_10"):
+            mark += " (self-made regression set, not real conversations)"
         print(f"{key:34} {v:12.3f} {unit:8} {target:12} {mark}", file=stream)
     extra = [k for k, v in out.items() if isinstance(v, (int, float)) and k not in {t[0] for t in TARGETS}
              and k != "seconds"]
@@ -790,7 +780,7 @@ def print_table(out: dict, stream=sys.stdout) -> None:
         print("context: " + ", ".join(f"{k}={out[k]:.3g}" for k in extra), file=stream)
     points = out.get("growth") or []
     if points:
-        print("\nas the bank grows", file=stream)
+        print("\nas the bank grows (recall@10: the self-made regression set)", file=stream)
         cols = [("turns", "turns", "{:>6}"), ("ingest_turns_per_s", "ingest/s", "{:>9.1f}"),
                 ("search_ms_p50", "search p50", "{:>11.1f}"), ("search_ms_p95", "search p95", "{:>11.1f}"),
                 ("recall_at_10", "recall@10", "{:>10.3f}"), ("recall_at_10_keyword_baseline", "BM25", "{:>6.3f}"),

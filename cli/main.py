@@ -152,11 +152,16 @@ def _parser() -> argparse.ArgumentParser:
                                    "turns with figures at 100, 500, 2,000 and 5,000 (about 30-40 minutes "
                                    "on 2 cores). See docs/PERFORMANCE.md.")
     size = c.add_mutually_exclusive_group()
-    size.add_argument("--smoke", action="store_const", const="smoke", dest="bench_mode", default="full",
+    size.add_argument("--smoke", action="store_const", const="smoke", dest="bench_mode", default=None,
                       help="tiny sizes, under a minute: only checks that every figure is written")
     size.add_argument("--quick", action="store_const", const="quick", dest="bench_mode",
                       help="banks of up to 500 turns, under 10 minutes")
     c.add_argument("--json", dest="bench_json", metavar="FILE", help="write every figure to this JSON file")
+    c.add_argument("--recall", dest="bench_recall", metavar="FILE",
+                   help="recall on real conversations: a LongMemEval JSON file (plain or gzipped, e.g. the "
+                        "official longmemeval_s.json). Alone: only this section; with --quick: a subset")
+    c.add_argument("--limit", dest="bench_limit", type=count_arg, metavar="N",
+                   help="with --recall: a stratified subset of N questions (by question type)")
 
     c = sub.add_parser("import-pygpt", help="backfill memory from PyGPT's conversation history")
     c.add_argument("--workdir", help="PyGPT's user data directory (default: PYGPT_WORKDIR or "
@@ -466,7 +471,14 @@ def _main(argv: list[str] | None) -> int:
         return 0 if ok(result) else 1
     if args.command == "bench":
         from memoryplus.cli.bench import run_bench
-        run_bench(args.bench_mode, args.bench_json)
+        if args.bench_limit is not None and args.bench_limit < 1:
+            print("memoryplus bench: --limit must be at least 1", file=sys.stderr)
+            return 2
+        if args.bench_recall and not os.path.isfile(args.bench_recall):
+            print(f"memoryplus bench: no such file: {args.bench_recall}", file=sys.stderr)
+            return 2
+        mode = args.bench_mode or ("recall" if args.bench_recall else "full")
+        run_bench(mode, args.bench_json, recall_file=args.bench_recall, recall_limit=args.bench_limit)
         return 0
     try:
         return asyncio.run(_run(args))

@@ -572,3 +572,11 @@ def test_canonical_entity_ambiguity():
     assert canonical_entity("Anna Schmidt", ["Anna", "Anna Berg"]) is None
     assert canonical_entity("Bob", []) is None
     assert canonical_entity("Bob", iter(["Bob Smith"])) == "Bob Smith"   # any iterable
+
+
+@pytest.mark.parametrize("text", ["User: my dog is called", "User: My favourite cat is named"])
+def test_a_role_named_at_the_end_of_a_clause_is_no_fact_and_no_crash(text):
+    """Found on a real conversation (issue 18's dev set): the ingest failed with IndexError."""
+    for spec in (IDENTITY, CHATBOT, PRODUCTIVITY):
+        found = extract(text, spec)
+        assert not any(f.object in ("called", "named", "") for f in found.facts)

@@ -25,7 +25,7 @@ async def _recall(engine, turns, questions, k: int) -> tuple[int, int]:
     t0 = datetime(2025, 1, 1, tzinfo=timezone.utc)
     await engine.ingest("eval", [Turn(id=i, user=u, assistant=a, time=t0 + timedelta(minutes=10 * n))
                                  for n, (i, u, a) in enumerate(turns)])
-    docs = {i: f"User: {u}\nAssistant: {a}" for i, u, a in turns}
+    docs = {i: f"{u} {a}" for i, u, a in turns}   # the README baseline's text (cli/bench_recall.py)
     ours = base = 0
     for question, answer in questions:
         results = await engine.search("eval", question, k)

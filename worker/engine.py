@@ -57,6 +57,7 @@ from memoryplus.worker.queries import q
 from memoryplus.worker.records import (
     BankInfo, BankStats, Credentials, ForgetReport, IngestReport, SearchResult, Turn, as_utc, utc_now,
 )
+from memoryplus.worker.turn_index import TurnIndex, split_body
 from memoryplus.worker.store import (
     BankLockedError, StoreError, checkpoint, close_kuzu, ensure_fulltext_indexes, open_kuzu, open_neo4j,
 )
@@ -77,7 +78,12 @@ READS_FIRST_S = 1.0
 SUPERSEDED_FOR = 5          # a question about the past: the top current facts whose predecessors count
 # Fusion weights, tuned on tests/data retrieval set (see tests/test_retrieval_quality.py):
 # keyword hits on raw turns are the strongest single signal on chat data; facts add precision.
-KIND_WEIGHT = {"episode": 1.0, "fact": 0.9, "entity": 0.5}
+# Turns first: on real conversations (issue 18's dev set) the turn index finds the turn that
+# holds the answer more often than a fact or summary extracted by rules does; facts and
+# summaries fill in between (shorter, so the prompt is no longer for it). Chosen on a stratified
+# 40-question subset of the dev split (docs/PERFORMANCE.md).
+KIND_WEIGHT = {"episode": 1.0, "fact": 0.2, "entity": 0.1}
+NOW_SLACK = timedelta(days=1)   # see search(): the zone of a conversation's dates is unknown
 RATING_STEP, RATING_CAP = 0.15, 2   # feedback moves a score by at most ±30 %
 _TOKEN = re.compile(r"\w+|[^\w\s]", re.UNICODE)
 _QUERY_WORD = re.compile(r"\w+", re.UNICODE)
@@ -234,6 +240,8 @@ class Bank:
     searching: int = 0          # searches under way
     in_transaction: bool = False  # a Kuzu transaction is open: new searches wait (see _all_or_nothing)
     unflushed: int = 0          # turns written since the last checkpoint (deferred flushes)
+    turns: TurnIndex | None = None  # the stored turns as an index (built on the first search)
+    turns_pending: list | None = None  # while it is built: the writes to apply to it after
 
     @property
     def provider(self) -> GraphProvider:
@@ -427,6 +435,27 @@ class MemoryEngine:
         rows = await self._query(bank, "episodes_by_uuid", uuids=list(dict.fromkeys(uuids)))
         return {r["uuid"]: r for r in rows}
 
+    async def _turn_index(self, bank: Bank) -> TurnIndex:
+        """The bank's turns as an index (turn_index.py), built from the bank once per open."""
+        while bank.turns is None and bank.turns_pending is not None:
+            await asyncio.sleep(0.005)          # another search is building it
+        if bank.turns is None:
+            bank.turns_pending = []             # writes while it is read go here, then in
+            try:
+                rows = [r for r in await self._query(bank, "episodes_all", gid=bank.slug)
+                        if EpisodeMeta.parse(r["name"], r["uuid"]).state == COMPLETE]
+                users = [split_body(r["content"] or "")[0] or "-" for r in rows]
+                vectors = await bank.embedder.create_batch(users) if users else []
+                index = TurnIndex(dim=len(vectors[0]) if vectors else bank.manifest.embedding_dim or 1)
+                for r, v in zip(rows, vectors):
+                    index.add(r["uuid"], r["content"] or "", _ts(r["valid_at"]), v)
+                for op, args in bank.turns_pending:
+                    index.add(*args) if op == "add" else index.remove(*args)
+                bank.turns = index
+            finally:
+                bank.turns_pending = None
+        return bank.turns
+
     async def _entity_index(self, bank: Bank) -> dict[str, tuple[str, str]]:
         if bank.entities is None:
             rows = await self._query(bank, "entities_all", gid=bank.slug)
@@ -582,6 +611,12 @@ class MemoryEngine:
         meta.state = COMPLETE
         await self._query(bank, "set_episode_meta", uuid=ep_uuid, name=meta.dump(), entity_edges=edges,
                           description=self._description(meta))
+        if bank.turns is not None or bank.turns_pending is not None:
+            vec = (await bank.embedder.create_batch([split_body(body)[0] or "-"]))[0]
+            if bank.turns is not None:
+                bank.turns.add(ep_uuid, body, when, vec)
+            else:                   # the index is being built from a read that may miss it
+                bank.turns_pending.append(("add", (ep_uuid, body, when, vec)))
 
     @staticmethod
     def _description(meta: EpisodeMeta) -> str:
@@ -628,8 +663,10 @@ class MemoryEngine:
                 hit = index.get(alias.lower()) if alias else None
             if hit is None:
                 labels = ["Entity"] + ([etype] if etype and etype != "Entity" else [])
+                # dated by the turn it was built from, not by when it was stored: a search
+                # with the conversation's time (`now`, `as_of`) must see it
                 node = EntityNode(name=name, group_id=bank.slug, labels=labels, summary="",
-                                  created_at=now)
+                                  created_at=episode.valid_at)
                 new_nodes[node.uuid] = node
                 hit = (node.uuid, name)
                 index[key] = hit
@@ -645,6 +682,7 @@ class MemoryEngine:
 
         new_edges: list[EntityEdge] = []
         kept_edges: list[str] = []
+        replaced: set[str] = set()            # entities whose summaries told a fact now replaced
         for fact in found.facts:
             src = entity(fact.subject, "Entity")
             tgt = entity(fact.object, "Entity")
@@ -675,6 +713,7 @@ class MemoryEngine:
                     else:
                         await self._query(bank, "expire_fact", uuid=old["uuid"],
                                           invalid_at=episode.valid_at, expired_at=now)
+                        replaced |= {src, old["target"]}
             new_edges.append(edge)
 
         texts = [n.name for n in new_nodes.values()] + [e.fact for e in new_edges]
@@ -709,6 +748,15 @@ class MemoryEngine:
             await self._query(bank, "set_summaries", rows=[
                 {"uuid": r["uuid"], "summary": self._append_summary(r["summary"] or "", learned[r["uuid"]])}
                 for r in rows])
+        # A summary must not keep telling what was replaced ("lives in Berlin" beside "lives
+        # in Lisbon"): rebuilt from the current facts, oldest first, as a forget rebuilds it.
+        replaced -= set(new_nodes)
+        if replaced:
+            facts = sorted((f for f in await self._query(bank, "facts_touching", uuids=list(replaced))
+                            if f["expired_at"] is None), key=lambda f: _ts(f["valid_at"]) or now)
+            await self._query(bank, "set_summaries", rows=[
+                {"uuid": u, "summary": self._rule_summary("", [f for f in facts if u in (f["source"], f["target"])])}
+                for u in replaced])
         return [e.uuid for e in new_edges] + kept_edges
 
     @staticmethod
@@ -748,8 +796,12 @@ class MemoryEngine:
 
     # ── search ─────────────────────────────────────────────────────────────────────────
     async def search(self, bank_name: str, query: str, limit: int = 10,
-                     as_of: datetime | None = None) -> list[SearchResult]:
-        """Current memories for a query (facts valid at `as_of` when given), best first."""
+                     as_of: datetime | None = None, now: datetime | None = None) -> list[SearchResult]:
+        """Current memories for a query (facts valid at `as_of` when given), best first.
+
+        `now` is the conversation's time (an import, a replayed chat, a benchmark's question
+        date), not `as_of`: what is current stays current and questions about the past still
+        find what was replaced, but nothing said after `now` is known yet."""
         if not self.known(bank_name):
             raise UnknownBankError(f"unknown bank {bank_name!r} (see `memoryplus banks`)")
         bank = await self._bank(bank_name, create=False)
@@ -757,7 +809,10 @@ class MemoryEngine:
             await asyncio.sleep(0.005)
         bank.searching += 1
         try:
-            return await self._run(bank, self._search(bank, query, limit, as_of))
+            # Conversations come with dates but no zone (imports, LongMemEval): a turn up to a
+            # day "after" now may have been said before it.
+            horizon = as_utc(now) + NOW_SLACK if now is not None else None
+            return await self._run(bank, self._search(bank, query, limit, as_of, horizon))
         finally:
             bank.searching -= 1
 
@@ -774,16 +829,20 @@ class MemoryEngine:
             limit=depth)
 
     @staticmethod
-    def _search_filter(as_of: datetime | None) -> SearchFilters:
+    def _search_filter(as_of: datetime | None, now: datetime | None = None) -> SearchFilters:
         if as_of is None:
-            return SearchFilters(expired_at=[[DateFilter(comparison_operator=ComparisonOperator.is_null)]])
+            flt = SearchFilters(expired_at=[[DateFilter(comparison_operator=ComparisonOperator.is_null)]])
+            if now is not None:
+                flt.valid_at = [[DateFilter(date=as_utc(now), comparison_operator=ComparisonOperator.less_than_equal)]]
+            return flt
         t = as_utc(as_of)
         return SearchFilters(
             valid_at=[[DateFilter(date=t, comparison_operator=ComparisonOperator.less_than_equal)]],
             invalid_at=[[DateFilter(comparison_operator=ComparisonOperator.is_null)],
                         [DateFilter(date=t, comparison_operator=ComparisonOperator.greater_than)]])
 
-    async def _search(self, bank: Bank, query: str, limit: int, as_of: datetime | None) -> list[SearchResult]:
+    async def _search(self, bank: Bank, query: str, limit: int, as_of: datetime | None,
+                      now: datetime | None = None) -> list[SearchResult]:
         text = clean_query(query)
         if not text:
             return []
@@ -794,20 +853,60 @@ class MemoryEngine:
         for phrase, names in await self._resolve_roles(bank, query):
             query = re.sub(re.escape(phrase), lambda m: f"{m.group(0)} {' '.join(names)}", query,
                            count=1, flags=re.I)
-        out = await self._search_once(bank, clean_query(query), as_of, past, limit)
-        return sorted(out, key=lambda r: r.score, reverse=True)[:limit]
+        out = await self._search_once(bank, clean_query(query), as_of, past, limit, now)
+        return self._covering(out, limit)
 
     async def _search_once(self, bank: Bank, text: str, as_of: datetime | None, past: bool,
-                           limit: int) -> list[SearchResult]:
+                           limit: int, now: datetime | None = None) -> list[SearchResult]:
         depth = self.settings.search_depth   # candidates per kind (facts, entities, turns)
-        flt = SearchFilters() if past else self._search_filter(as_of)
+        if past:        # replaced facts too, but none that began after `now`
+            flt = SearchFilters() if now is None else SearchFilters(valid_at=[[DateFilter(
+                date=as_utc(now), comparison_operator=ComparisonOperator.less_than_equal)]])
+        else:
+            flt = self._search_filter(as_of, now)
         results = await bank.graphiti.search_(text, config=self._search_config(depth),
                                               group_ids=[bank.slug], search_filter=flt)
+        turns, ended = await self._turn_hits(bank, text, as_of or now, depth, past)
         # a question about the past ranks the replaced facts by the current ones: all of those
-        out = await self._fuse(bank, results, as_of, None if past else limit)
+        out = await self._fuse(bank, results, as_of or now, None if past else limit, turns, ended)
         if past:
             out += await self._superseded(bank, results.edges[:SUPERSEDED_FOR], out)
         return out
+
+    async def _turn_hits(self, bank: Bank, text: str, until: datetime | None, depth: int,
+                         past: bool = False) -> tuple[list[tuple[Any, float]], dict[str, datetime]]:
+        """The turn index's best `depth` turns as (episode, score), standing in for graphiti's
+        keyword-only turn search, scored by rank as graphiti's RRF scores its single list
+        (1, 1/2, 1/3 …), so the weights between kinds keep their meaning.
+
+        Also, by episode uuid, when a turn stopped being true: every fact drawn from it was
+        replaced ("I live in Berlin" after "I live in Lisbon now"). Such a turn is no answer
+        to a question about now: it follows the turns still true (not for a question about
+        the past, where it is the answer), and its result says when it ended."""
+        index = await self._turn_index(bank)
+        if not len(index):
+            return [], {}
+        vec = await bank.embedder.create(text)
+        hits = index.search(text, vec, depth, as_utc(until) if until else None)
+        rows = await self._episodes(bank, [u for u, _ in hits])
+        hits = [u for u, _ in hits if u in rows]
+        edges = list({e for u in hits for e in rows[u]["entity_edges"] or []})
+        ends: dict[str, datetime | None] = {}
+        for r in await self._query(bank, "facts_by_uuid", uuids=edges) if edges else []:
+            end = _ts(r["invalid_at"])
+            ends[r["uuid"]] = end if end is not None and (until is None or end <= as_utc(until)) else None
+        ended: dict[str, datetime] = {}
+        for u in hits:
+            mine = [ends.get(e) for e in rows[u]["entity_edges"] or [] if e in ends]
+            if mine and all(mine):
+                ended[u] = max(mine)
+        if not past:
+            hits.sort(key=lambda u: u in ended)      # stable: the index's order otherwise
+        return [(EpisodicNode(uuid=u, name=rows[u]["name"], group_id=bank.slug, labels=[],
+                              source=EpisodeType.message, content=rows[u]["content"] or "",
+                              source_description="", created_at=_ts(rows[u]["created_at"]),
+                              valid_at=_ts(rows[u]["valid_at"])), 1 / rank)
+                for rank, u in enumerate(hits, 1)], ended
 
     async def _superseded(self, bank: Bank, edges: list, found: list[SearchResult]) -> list[SearchResult]:
         """For a question about the past: the facts that the current facts found replaced
@@ -871,7 +970,8 @@ class MemoryEngine:
             return 0
 
     async def _fuse(self, bank: Bank, res, as_of: datetime | None,
-                    limit: int | None = None) -> list[SearchResult]:
+                    limit: int | None = None, turns: list[tuple[Any, float]] | None = None,
+                    ended: dict[str, datetime] | None = None) -> list[SearchResult]:
         """One ranked list from facts, entities and episodes: scores scaled per kind, weighted,
         nudged (boundedly) by feedback ratings; tags and sources from the episodes behind each.
 
@@ -884,11 +984,13 @@ class MemoryEngine:
                  and (t is None or _ts(n.created_at) <= t)]
         node_scores = self._scaled([s for n, s in zip(res.nodes, res.node_reranker_scores)
                                     if n in nodes], len(nodes))
-        known = {e.uuid: EpisodeMeta.parse(e.name, e.uuid) for e in res.episodes}   # turns: no lookup
-        episodes = [e for e in res.episodes
-                    if known[e.uuid].state == COMPLETE and (t is None or _ts(e.valid_at) <= t)]
-        ep_scores = self._scaled([s for e, s in zip(res.episodes, res.episode_reranker_scores)
-                                  if e in episodes], len(episodes))
+        # the turn index's ranking (scaled already) replaces graphiti's keyword-only turn search
+        pairs = list(turns) if turns is not None else list(zip(res.episodes, res.episode_reranker_scores))
+        known = {e.uuid: EpisodeMeta.parse(e.name, e.uuid) for e, _ in pairs}   # turns: no lookup
+        pairs = [(e, s) for e, s in pairs
+                 if known[e.uuid].state == COMPLETE and (t is None or _ts(e.valid_at) <= t)]
+        episodes = [e for e, _ in pairs]
+        ep_scores = [s for _, s in pairs] if turns is not None else self._scaled([s for _, s in pairs], len(pairs))
         edges = list(res.edges)
         edge_scores = self._scaled(res.edge_reranker_scores, len(edges))
         candidates = sorted(   # stable: on a tie, facts before entities before turns
@@ -900,46 +1002,84 @@ class MemoryEngine:
             key=lambda c: c[2], reverse=True)
         want = len(candidates) if limit is None else limit
         out: list[SearchResult] = []
-        while candidates and len(out) < want:
+        latest: dict[str, datetime] = {}    # entity uuid -> its newest turn (up to `t`)
+        covered: set[str] = set()           # turns the results so far come from (first sources)
+        repeats = 0                         # results from a covered turn: they make no room
+        while candidates and len(out) - repeats < want:
             # a few spare: a candidate whose turns were all forgotten or are pending drops out
-            chunk, candidates = candidates[:want - len(out) + 2], candidates[want - len(out) + 2:]
+            room = want - len(out) + repeats + 2
+            chunk, candidates = candidates[:room], candidates[room:]
             sources = await self._sources(bank, [c for kind, c, _ in chunk if kind == "fact"],
-                                          [c for kind, c, _ in chunk if kind == "entity"], known)
+                                          [c for kind, c, _ in chunk if kind == "entity"], known,
+                                          t, latest)
             for kind, c, score in chunk:
+                first = len(out)
                 if kind == "episode":
                     meta = known[c.uuid]
                     out.append(SearchResult(id=c.uuid, kind="episode", text=c.content,
-                                            valid_at=_ts(c.valid_at), tags=meta.tags,
-                                            sources=[meta.id], score=score))
-                    continue
-                turns = sources.get(c.uuid)
-                if not turns:
-                    continue
-                ids, tags = [m.id for m in turns], list(dict.fromkeys(x for m in turns for x in m.tags))
-                if kind == "fact":
-                    out.append(SearchResult(id=c.uuid, kind="fact", text=c.fact, name=c.name,
-                                            valid_at=_ts(c.valid_at), invalid_at=_ts(c.invalid_at),
-                                            tags=tags, sources=ids, score=score))
+                                            valid_at=_ts(c.valid_at), invalid_at=(ended or {}).get(c.uuid),
+                                            tags=meta.tags, sources=[meta.id], score=score))
                 else:
-                    out.append(SearchResult(id=c.uuid, kind="entity", name=c.name, tags=tags,
-                                            text=f"{c.name}: {c.summary}" if c.summary else c.name,
-                                            valid_at=_ts(c.created_at), sources=ids,
-                                            score=score))
+                    behind = sources.get(c.uuid)
+                    if not behind:
+                        continue
+                    self._append_result(out, kind, c, behind, score, latest)
+                if len(out) > first:
+                    if out[-1].sources[0] in covered:
+                        repeats += 1
+                    covered.add(out[-1].sources[0])
         out.sort(key=lambda r: r.score, reverse=True)
-        return out[:want]
+        return out
+
+    @staticmethod
+    def _append_result(out: list[SearchResult], kind: str, c, behind: list[EpisodeMeta], score: float,
+                       latest: dict[str, datetime]) -> None:
+        """A fact or entity candidate as a result, with the turns behind it."""
+        ids, tags = [m.id for m in behind], list(dict.fromkeys(x for m in behind for x in m.tags))
+        if kind == "fact":
+            out.append(SearchResult(id=c.uuid, kind="fact", text=c.fact, name=c.name,
+                                    valid_at=_ts(c.valid_at), invalid_at=_ts(c.invalid_at),
+                                    tags=tags, sources=ids, score=score))
+        else:
+            out.append(SearchResult(id=c.uuid, kind="entity", name=c.name, tags=tags,
+                                    text=f"{c.name}: {c.summary}" if c.summary else c.name,
+                                    valid_at=latest.get(c.uuid) or _ts(c.created_at), sources=ids,
+                                    score=score))
+
+    @staticmethod
+    def _covering(results: list[SearchResult], limit: int) -> list[SearchResult]:
+        """Best first, but no two from the same stored turn (first source) while results from
+        other turns remain: one turn's text, fact and summary would otherwise fill the prompt
+        with one memory. Repeats follow, best first, when nothing else is left."""
+        seen: set[str] = set()
+        first, later = [], []
+        for r in sorted(results, key=lambda r: r.score, reverse=True):
+            key = r.sources[0] if r.sources else r.id
+            (later if key in seen else first).append(r)
+            seen.add(key)
+        return (first + later)[:limit]
 
     async def _sources(self, bank: Bank, facts: list, entities: list,
-                       metas: dict[str, EpisodeMeta]) -> dict[str, list[EpisodeMeta]]:
+                       metas: dict[str, EpisodeMeta], t: datetime | None = None,
+                       latest: dict[str, datetime] | None = None) -> dict[str, list[EpisodeMeta]]:
         """The completed turns behind facts (theirs, newest first) and entities (the newest
-        five that mention them), by fact or entity uuid. `metas`: turns known already (the
-        search's own turn hits, often the very turns behind its facts); grows with the rest."""
+        five that mention them, up to `t`), by fact or entity uuid. `metas`: turns known already
+        (the search's own turn hits, often the very turns behind its facts); grows with the rest.
+        `latest` gets each entity's newest turn time: the date of what its summary says."""
         mentions: dict[str, list[tuple[datetime, str]]] = {}
         if entities:
             for r in await self._query(bank, "episode_uuids_mentioning", uuids=[n.uuid for n in entities]):
-                mentions.setdefault(r["entity"], []).append((_ts(r["valid_at"]), r["episode"]))
+                when = _ts(r["valid_at"])
+                if t is None or (when is not None and when <= t):
+                    mentions.setdefault(r["entity"], []).append((when, r["episode"]))
+                else:       # its summary may tell what was said after `t`: not shown
+                    mentions.setdefault(r["entity"], []).append((None, None))
+            if latest is not None:
+                latest.update({u: w for u, ms in mentions.items()
+                               if (w := max((w for w, _ in ms if w), default=None))})
         behind = {f.uuid: list(reversed(f.episodes)) for f in facts}
         behind |= {n.uuid: [u for _, u in sorted(mentions.get(n.uuid, []), reverse=True)[:5]]
-                   for n in entities}
+                   for n in entities if all(u for _, u in mentions.get(n.uuid, []))}
         wanted = list(dict.fromkeys(u for uuids in behind.values() for u in uuids if u not in metas))
         for r in await self._query(bank, "episode_names", uuids=wanted) if wanted else []:
             metas[r["uuid"]] = EpisodeMeta.parse(r["name"], r["uuid"])
@@ -1114,6 +1254,10 @@ class MemoryEngine:
                 mine = [f for f in remaining if u in (f["source"], f["target"]) and f["expired_at"] is None]
                 await self._query(bank, "set_summary", uuid=u, summary=self._rule_summary("", mine))
         bank.entities = None
+        if bank.turns is not None:
+            bank.turns.remove(ep_uuids)
+        elif bank.turns_pending is not None:
+            bank.turns_pending.append(("remove", (list(ep_uuids),)))
         return len(gone)
 
     async def _restore_superseded(self, bank: Bank, deleted: list[dict]) -> None:
@@ -1393,6 +1537,7 @@ class MemoryEngine:
             await add_nodes_and_edges_bulk(bank.driver, eps, mentions, ents, facts, bank.embedder)
             await self._checkpoint(bank)
             bank.entities = None
+            bank.turns = None
         return {"episodes": len(eps), "entities": len(ents), "facts": len(facts),
                 "mentions": len(mentions), "problems": problems}
 

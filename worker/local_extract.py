@@ -1088,6 +1088,8 @@ def _role_object_ok(role: list[str], toks: list[str], lows: list[str], i: int,
     person = role[-1] in _PERSON_ROLES or role[-1] in ("name", "nickname")
     if lows[i] in ("called", "named"):
         i += 1
+        if i >= len(toks):      # "my dog is called" at the end of a clause: no name
+            return None
     tok = toks[i]
     if "@" in tok or tok.startswith("http"):
         return tok, i + 1

@@ -520,7 +520,7 @@ class WorkerServer:
         if op == "remember":
             return await e.remember(p.bank, p.text, key=p.key, tags=p.tags)
         if op == "search":
-            return await e.search(p.bank, p.query, limit=p.limit, as_of=p.as_of)
+            return await e.search(p.bank, p.query, limit=p.limit, as_of=p.as_of, now=p.now)
         if op == "forget":
             return await e.forget(p.bank, last=p.last, ids=p.ids, text=p.text, confirm=p.confirm)
         if op == "rate":

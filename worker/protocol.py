@@ -131,6 +131,7 @@ class SearchParams(BankParams):
     query: str
     limit: int = 10
     as_of: datetime | None = None
+    now: datetime | None = None     # the conversation's time (default: the machine's)
 
 
 class ForgetParams(BankParams):

@@ -1,0 +1,73 @@
+"""What a user sees of recall (issue 18): results that each bring a different memory, and the
+conversation's own time as "now"."""
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+from memoryplus.worker.records import Turn
+
+T0 = datetime(2023, 5, 1, 9, tzinfo=timezone.utc)
+BANK = "current.chat"
+
+
+def turn(i, user, assistant="Noted.", days=0):
+    return Turn(id=str(i), user=user, assistant=assistant, time=T0 + timedelta(days=days))
+
+
+async def test_one_turn_does_not_fill_the_first_results(engine):
+    """One message about a sister gave the turn, its fact and two summaries in the top five,
+    crowding out the other turns about her."""
+    await engine.ingest(BANK, [
+        turn(1, "My sister Anna lives in Tromso, up in the north of Norway."),
+        turn(2, "Anna called me yesterday, she is training for a marathon.", days=3),
+        turn(3, "I bought a birthday present for my sister Anna: a red scarf.", days=9),
+        turn(4, "I need to book a dentist appointment next week.", days=12),
+    ])
+    results = await engine.search(BANK, "What do you know about my sister Anna?", limit=5)
+    firsts = [r.sources[0] for r in results]
+    assert {"1", "2", "3"} <= set(firsts[:3]), [(r.kind, r.sources, r.text[:50]) for r in results]
+    # a turn already shown comes again only after every other turn that was found
+    distinct = list(dict.fromkeys(firsts))
+    assert firsts[:len(distinct)] == distinct
+
+
+async def test_the_conversations_time_is_now(engine):
+    """A search with the conversation's date as `now` (an import, a replayed chat, a benchmark
+    question) finds the entities and summaries built from its turns, dated by those turns."""
+    await engine.ingest(BANK, [turn(1, "My sister Anna lives in Tromso."),
+                               turn(2, "Anna moved to Bergen last month.", days=40)])
+    asked = T0 + timedelta(days=60)
+    results = await engine.search(BANK, "Where does Anna live?", limit=10, now=asked)
+    entities = [r for r in results if r.kind == "entity"]
+    assert entities, "entities are dated by their turns (2023), not by the machine's clock"
+    assert all(r.valid_at <= asked for r in results)
+    anna = next(r for r in entities if r.text.startswith("Anna"))
+    assert anna.valid_at == T0 + timedelta(days=40), "a summary is as new as its newest turn"
+    # "now" is not as_of: a question about the past still finds what was replaced
+    before = await engine.search(BANK, "Where did Anna live before?", limit=10, now=asked)
+    assert any("Tromso" in r.text for r in before)
+    # and nothing said after "now" is known yet
+    early = await engine.search(BANK, "Where does Anna live?", limit=10, now=T0 + timedelta(days=2))
+    assert early and not any("Bergen" in r.text for r in early)
+    # as_of at a date of the conversation keeps its entities too
+    past = await engine.search(BANK, "Anna", limit=10, as_of=T0 + timedelta(days=2))
+    assert any(r.kind == "entity" for r in past)
+
+
+async def test_a_replaced_fact_is_not_shown_as_current(engine):
+    """After "I live in Berlin" and then "I live in Lisbon now", "where do I live" gave the
+    Berlin turn first, as current, and a user summary saying both."""
+    await engine.ingest(BANK, [turn(1, "I live in Berlin."),
+                               turn(2, "My cat Pistachio needs new food.", days=5),
+                               turn(3, "I live in Lisbon now.", days=30)])
+    results = await engine.search(BANK, "Where do I live?", limit=5)
+    assert "Lisbon" in results[0].text, [(r.kind, r.text[:40]) for r in results]
+    for r in results:
+        if "Berlin" in r.text:
+            assert r.invalid_at == T0 + timedelta(days=30), f"shown as current: {r.kind} {r.text!r}"
+    user = next(r for r in await engine.search(BANK, "tell me about the user", limit=10)
+                if r.kind == "entity" and r.name == "User")
+    assert "Lisbon" in user.text and "Berlin" not in user.text, user.text
+    # asked about the past, the Berlin turn is the answer
+    before = await engine.search(BANK, "Where did I live before Lisbon?", limit=5)
+    assert any("Berlin" in r.text for r in before[:3])

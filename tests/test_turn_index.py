@@ -1,0 +1,85 @@
+"""The turn index (worker/turn_index.py): keywords and the user message's meaning, a relevance
+floor, the conversation's time, and nothing left of a removed turn."""
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import numpy as np
+
+from memoryplus.worker.turn_index import TurnIndex, split_body
+
+T0 = datetime(2023, 5, 1, tzinfo=timezone.utc)
+
+
+def vec(*xs):
+    v = np.array(xs + (0.0,) * (4 - len(xs)), dtype=np.float32)
+    return v / np.linalg.norm(v)
+
+
+def index_of(*turns):
+    idx = TurnIndex(dim=4)
+    for i, (body, v) in enumerate(turns):
+        idx.add(f"u{i}", body, T0 + timedelta(days=i), v)
+    return idx
+
+
+def test_split_body_reads_multi_line_messages():
+    assert split_body("User: first\nsecond\nAssistant: reply\nmore") == ("first\nsecond", "reply\nmore")
+    assert split_body("Assistant: only") == ("", "only")
+
+
+def test_keywords_and_meaning_both_rank():
+    idx = index_of(("User: I adopted a cat named Pistachio\nAssistant: Lovely", vec(1, 0)),
+                   ("User: The weather is nice\nAssistant: Enjoy", vec(0, 1)),
+                   ("User: My kitten loves salmon\nAssistant: Cute", vec(0.9, 0.1)),
+                   ("User: Book a dentist visit\nAssistant: Done", vec(0, 0, 1)))
+    # a word of the query: that turn first
+    assert idx.search("Pistachio", vec(0, 0, 0, 1), 5)[0][0] == "u0"
+    # no shared word, close in meaning (the embedder's side): found above the floor
+    hits = [u for u, _ in idx.search("feline pet", vec(1, 0.05), 5)]
+    assert hits[:2] in (["u0", "u2"], ["u2", "u0"]) and "u3" not in hits
+
+
+def test_relevance_floor_returns_nothing_when_nothing_matches():
+    idx = index_of(("User: I like jazz\nAssistant: Nice", vec(1, 0)),
+                   ("User: I run on Sundays\nAssistant: Good", vec(0, 1)))
+    assert idx.search("capital of Peru", vec(0, 0, 0, 1), 5) == []
+
+
+def test_until_and_remove():
+    idx = index_of(("User: I live in Berlin\nAssistant: ok", vec(1, 0)),
+                   ("User: I live in Lisbon now\nAssistant: ok", vec(1, 0.1)))
+    assert {u for u, _ in idx.search("live", vec(1, 0), 5)} == {"u0", "u1"}
+    assert [u for u, _ in idx.search("live", vec(1, 0), 5, until=T0 + timedelta(hours=1))] == ["u0"]
+    idx.remove(["u1"])
+    assert [u for u, _ in idx.search("Lisbon live", vec(1, 0), 5)] == ["u0"]
+    assert "lisbon" not in idx.turn.postings and "lisbon" not in idx.user.postings, "nothing of it is kept"
+    idx.add("u1", "User: I live in Porto\nAssistant: ok", T0, vec(1, 0))     # replaced: once
+    assert len(idx) == 2 and [u for u, _ in idx.search("Porto", vec(0, 1), 5)][0] == "u1"
+
+
+async def test_turns_stored_while_the_index_is_built_are_in_it(engine, monkeypatch):
+    """The index is built on a bank's first search from one read of the bank; a turn stored
+    after that read and before the index is in place must not be missing from it."""
+    import asyncio
+    from memoryplus.worker.records import Turn
+    await engine.ingest("b", [Turn(id="1", user="I play the cello", time=T0)])
+    bank = await engine._bank("b", create=False)
+    bank.turns = None
+    read, go_on = asyncio.Event(), asyncio.Event()
+    query = engine._query
+
+    async def slow_read(bank_, name, /, **params):
+        rows = await query(bank_, name, **params)
+        if name == "episodes_all":         # the read is done: hold the build here
+            read.set()
+            await go_on.wait()
+        return rows
+    monkeypatch.setattr(engine, "_query", slow_read)
+    build = asyncio.ensure_future(engine._turn_index(bank))
+    await read.wait()
+    await engine.ingest("b", [Turn(id="2", user="I also play the oboe", time=T0 + timedelta(days=1))])
+    go_on.set()
+    index = await build
+    assert len(index) == 2
+    assert [r.sources[0] for r in await engine.search("b", "oboe", limit=3)][0] == "2"

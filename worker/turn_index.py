@@ -1,0 +1,181 @@
+"""The stored turns as a search index of their own: BM25 over each turn's words and over its
+user message, and the cosine of the embedder between the query and the user message.
+
+Measured on LongMemEval's dev split (issue 18, docs/PERFORMANCE.md): the user's own words
+are where the answer to "what did I say about …" lives, and keywords find the names and
+rare words the embedder blurs. The three signals are standardised over the bank's turns and
+summed with weights chosen by cross-validation (WEIGHTS).
+
+Kept in memory only, built from the bank on its first search and kept in step with every
+write and removal: it holds no text (token counts and vectors), and nothing of it is saved,
+so a forgotten turn leaves nothing behind here either.
+"""
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import numpy as np
+
+# bm25 over the whole turn, bm25 over the user message, cosine to the user message
+WEIGHTS = (1.0, 0.5, 3.0)        # testing/recall_weights.py: 5-fold CV on the dev split
+# A turn is a candidate at all only when it shares a word with the query or its user message
+# is this close to it (the relevance floor: a bank where nothing matches returns no turn)
+COSINE_FLOOR = 0.35
+K1, B = 1.5, 0.75
+# The same tokens and stop words as the benchmark's BM25 baseline (cli/bench_recall.py)
+STOP_WORDS = frozenset(
+    "a an the and or of to in on at for is are was were be been it this that with as by i you he "
+    "she we they my your his her our their me him them do did does have has had not no so but if "
+    "from what when where who how which".split())
+_TOKEN = re.compile(r"[a-z0-9]+")
+
+
+def tokens(text: str) -> list[str]:
+    return [w for w in _TOKEN.findall(text.lower()) if w not in STOP_WORDS]
+
+
+def split_body(body: str) -> tuple[str, str]:
+    """(user, assistant) from an episode's 'User: …' / 'Assistant: …' text (Turn.body)."""
+    user: list[str] = []
+    asst: list[str] = []
+    part = user
+    for line in (body or "").splitlines():
+        if line.startswith("User: "):
+            part, line = user, line[6:]
+        elif line.startswith("Assistant: "):
+            part, line = asst, line[11:]
+        part.append(line)
+    return "\n".join(user), "\n".join(asst)
+
+
+class _Field:
+    """BM25 statistics of one field over the live documents."""
+
+    def __init__(self):
+        self.postings: dict[str, dict[int, int]] = {}
+        self.length: dict[int, int] = {}
+        self.words: dict[int, list[str]] = {}
+        self.total = 0
+
+    def add(self, doc: int, words: list[str]) -> None:
+        counts = Counter(words)
+        for w, n in counts.items():
+            self.postings.setdefault(w, {})[doc] = n
+        self.words[doc] = list(counts)
+        self.length[doc] = len(words)
+        self.total += len(words)
+
+    def remove(self, doc: int) -> None:
+        self.total -= self.length.pop(doc, 0)
+        for w in self.words.pop(doc, []):
+            del self.postings[w][doc]
+            if not self.postings[w]:
+                del self.postings[w]
+
+    def scores(self, terms: list[str], size: int) -> np.ndarray:
+        out = np.zeros(size)
+        n = len(self.length)
+        if not n:
+            return out
+        avg = self.total / n or 1.0
+        lengths = np.zeros(size)
+        for d, ln in self.length.items():
+            lengths[d] = ln
+        norm = K1 * (1 - B + B * lengths / avg)
+        for w in terms:
+            p = self.postings.get(w)
+            if not p:
+                continue
+            idf = math.log(1 + (n - len(p) + 0.5) / (len(p) + 0.5))
+            docs = np.fromiter(p.keys(), dtype=np.int64, count=len(p))
+            tf = np.fromiter(p.values(), dtype=np.float64, count=len(p))
+            out[docs] += idf * tf * (K1 + 1) / (tf + norm[docs])
+        return out
+
+
+@dataclass
+class TurnIndex:
+    dim: int
+    uuids: list[str | None] = field(default_factory=list)       # slot -> episode uuid (None: removed)
+    times: list[float] = field(default_factory=list)            # slot -> valid_at (epoch seconds)
+    slot: dict[str, int] = field(default_factory=dict)
+    _vectors: list[np.ndarray] = field(default_factory=list)
+    _matrix: np.ndarray | None = None
+
+    def __post_init__(self):
+        self.turn = _Field()
+        self.user = _Field()
+
+    def __len__(self) -> int:
+        return len(self.slot)
+
+    def add(self, uuid: str, body: str, when: datetime | None, user_vector) -> None:
+        if uuid in self.slot:
+            self.remove([uuid])
+        user, asst = split_body(body)
+        i = len(self.uuids)
+        self.uuids.append(uuid)
+        self.times.append(when.timestamp() if when else 0.0)
+        self.slot[uuid] = i
+        self.turn.add(i, tokens(f"{user} {asst}"))
+        self.user.add(i, tokens(user))
+        v = np.asarray(user_vector if user_vector is not None else np.zeros(self.dim), dtype=np.float32)
+        self.dim = len(v)                   # the embedder's, whatever the index was made with
+        self._vectors.append(v)
+        self._matrix = None
+
+    def remove(self, uuids) -> None:
+        for u in uuids:
+            i = self.slot.pop(u, None)
+            if i is None:
+                continue
+            self.uuids[i] = None
+            self.turn.remove(i)
+            self.user.remove(i)
+            self._vectors[i] = np.zeros_like(self._vectors[i])
+        self._matrix = None
+
+    def signals(self, query: str, query_vector, until: datetime | None = None) -> tuple[list[np.ndarray], np.ndarray]:
+        """Per slot: BM25 over the turn, BM25 over its user message, cosine to its user
+        message; and which slots are live (stored, dated up to `until`)."""
+        n = len(self.uuids)
+        live = np.array([u is not None for u in self.uuids], dtype=bool)
+        if until is not None and n:
+            live &= np.array(self.times) <= until.timestamp()
+        terms = tokens(query)
+        if self._matrix is None:
+            self._matrix = np.vstack(self._vectors) if self._vectors else np.zeros((0, self.dim), np.float32)
+        return [self.turn.scores(terms, n), self.user.scores(terms, n),
+                self._matrix @ np.asarray(query_vector, dtype=np.float32)], live
+
+    @staticmethod
+    def fuse(signals: list[np.ndarray], live: np.ndarray, weights=WEIGHTS) -> np.ndarray:
+        """The signals standardised over the live turns and summed with `weights`; -inf for
+        turns that are not live or below the relevance floor."""
+        total = np.zeros(len(live))
+        for w, s in zip(weights, signals):
+            x = s[live]
+            sd = x.std() if len(x) else 0.0
+            if sd > 0:
+                total[live] += w * (x - x.mean()) / sd
+        total += 1e-6 * signals[2]          # a bank of one turn has no spread: cosine decides
+        total[~(live & ((signals[0] > 0) | (signals[2] >= COSINE_FLOOR)))] = -np.inf
+        return total
+
+    def search(self, query: str, query_vector, limit: int, until: datetime | None = None) -> list[tuple[str, float]]:
+        """The best `limit` turns (episode uuid, fused score), best first; only turns dated up
+        to `until` when given, and only those above the relevance floor. A score is a sum of
+        standardised signals (how far the turn stands out from the bank's turns)."""
+        if not self.slot or not limit:
+            return []
+        total = self.fuse(*self.signals(query, query_vector, until))
+        k = min(limit, int(np.isfinite(total).sum()))
+        if not k:
+            return []
+        top = np.argpartition(-total, k - 1)[:k]
+        top = top[np.argsort(-total[top], kind="stable")]
+        return [(self.uuids[i], float(total[i])) for i in top]
