@@ -299,13 +299,15 @@ def test_each_fixable_cause_is_recognised_and_its_text_has_no_secret(error, caus
 
 
 @pytest.mark.option("manual_flagging")
-def test_remember_this_that_cannot_be_stored_answers_in_a_dialog_with_the_fix(host):
+def test_remember_this_that_cannot_be_stored_answers_in_the_chat_with_the_fix(host):
     window, plugin = host(extraction_engine="llm", llm_provider="openai_compatible",
                           override_base_url="http://127.0.0.1:9/v1", graphiti_model="scripted-llm",
                           embedding_provider="local")
     assert chat_turn(window, "/remember_this My locker code is 4711", "unused") is None
-    said = _wait_alert(window, "could not do that")
-    assert said and "cannot reach its model server" in said[0] and "Fix:" in said[0], window.alerts
+    chat = window.wait_chat(1)
+    said = [reply for _, reply, _ in chat if "could not do that" in reply]
+    assert said and "cannot reach its model server" in said[0] and "Fix:" in said[0], chat
+    assert not window.alerts, "a command's reply is in the chat, not a dialog"
 
 
 @pytest.mark.option("extraction_engine")
