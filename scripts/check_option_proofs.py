@@ -65,7 +65,7 @@ MUTATIONS: dict[str, list[tuple[str, str, str]]] = {
                               "temperature={D} if")],
     "embedding_provider": [("worker/providers.py", "provider = settings.embedding_provider", "provider = {D}")],
     "embedding_model": [("worker/providers.py", "model = settings.embedding_model or", "model = {D} or")],
-    "embedding_base_url": [("worker/providers.py", "openai_key, settings.embedding_base_url)", "openai_key, {D})")],
+    "embedding_base_url": [("worker/providers.py", "settings.embedding_base_url", "{D}")],
     "embedding_api_key": [("worker/providers.py", "openai_key = settings.embedding_api_key or",
                            "openai_key = {D} or")],
     "override_base_url": [("worker/providers.py", "settings.override_base_url", "{D}")],
