@@ -124,7 +124,7 @@ MUTATIONS: dict[str, list[tuple[str, str, str]]] = {
     "worker_python": [("worker/client.py", "self.settings.worker_python.strip()", "{D}.strip()")],
 }
 
-IGNORE = shutil.ignore_patterns(".git", "__pycache__", ".venv", "*.pyc", ".pytest_cache")
+IGNORE = shutil.ignore_patterns(".git", "__pycache__", ".venv", ".venv-*", "dist", "*.pyc", ".pytest_cache")
 
 
 def mutate(root: Path, option: str) -> list[str]:
