@@ -110,8 +110,11 @@ def _outcome(parse, text):
 
 
 @pytest.mark.skipif(sys.version_info < (3, 11), reason="compares with 3.11's own fromisoformat")
-@settings(max_examples=3000, deadline=None)
+# derandomize: the same 3,000 strings on every run, so CI cannot fail on a string no run before
+# it tried (to explore new strings, run it by hand with derandomize=False and more examples)
+@settings(max_examples=3000, deadline=None, derandomize=True)
 @given(st.one_of(stamps, stamps.map(lambda s: s[:-1]), st.text(max_size=30)))
 @example("2025-01-31T10:30:00.1234567+01:00:00.5")
+@example("0001W01000-00.1")     # an offset of a fraction of a second alone: UTC, as 3.11 reads it
 def test_the_fallback_agrees_with_python_3_11_on_any_string(text):
     assert _outcome(_parse, text) == _outcome(datetime.fromisoformat, text)

@@ -105,7 +105,7 @@ def _time(text: str, whole: str) -> tuple[tuple[int, int, int, int], timezone | 
     offset = timedelta(hours=h, minutes=mi, seconds=s, microseconds=us)
     if zone[0] == "-":
         offset = -offset
-    if not offset:
+    if not (h or mi or s):   # 3.11 reads an offset of no whole second as UTC, whatever its fraction
         return fields, timezone.utc
     try:
         return fields, timezone(offset)
