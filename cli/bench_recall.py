@@ -37,6 +37,9 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+# the README's tokens and stop words, shared with the engine's turn index
+from memoryplus.worker.keywords import tokens as bm25_tokens
+
 # Where the developers and CI keep the dev split (never copied into the repository):
 # ../shared/data/longmemeval/dev.json.gz relative to the repository (or the current folder).
 DEV_RELATIVE = Path("..") / "shared" / "data" / "longmemeval" / "dev.json.gz"
@@ -44,11 +47,6 @@ QUICK_LIMIT = 6          # one question per type: each haystack is ~500 long tur
 BATCH = 5                # turns per ingest call, as the plugin's queue batches them
 WARM_UP = "What did we talk about last time?"
 
-STOP_WORDS = frozenset(
-    "a an the and or of to in on at for is are was were be been it this that with as by i you he "
-    "she we they my your his her our their me him them do did does have has had not no so but if "
-    "from what when where who how which".split())
-_BM25_TOKEN = re.compile(r"[a-z0-9]+")
 _DATE = re.compile(r"(\d{4})/(\d{1,2})/(\d{1,2})(?:\s*\([^)]*\))?(?:\s+(\d{1,2}):(\d{2}))?")
 
 
@@ -171,8 +169,6 @@ def stratified(raw: list[dict], limit: int | None) -> list[dict]:
 
 
 # ── the baseline and the scores ─────────────────────────────────────────────────────────
-def bm25_tokens(text: str) -> list[str]:
-    return [w for w in _BM25_TOKEN.findall(text.lower()) if w not in STOP_WORDS]
 
 
 def bm25_ranking(query: str, docs: dict[str, str], k1: float = 1.5, b: float = 0.75) -> list[str]:

@@ -13,12 +13,14 @@ so a forgotten turn leaves nothing behind here either.
 from __future__ import annotations
 
 import math
-import re
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
 
 import numpy as np
+
+# the baseline's own tokens and stop words (cli/bench_recall.py)
+from memoryplus.worker.keywords import tokens
 
 # bm25 over the whole turn, bm25 over the user message, cosine to the user message
 WEIGHTS = (1.0, 0.5, 3.0)        # testing/recall_weights.py: 5-fold CV on the dev split
@@ -26,16 +28,6 @@ WEIGHTS = (1.0, 0.5, 3.0)        # testing/recall_weights.py: 5-fold CV on the d
 # is this close to it (the relevance floor: a bank where nothing matches returns no turn)
 COSINE_FLOOR = 0.35
 K1, B = 1.5, 0.75
-# The same tokens and stop words as the benchmark's BM25 baseline (cli/bench_recall.py)
-STOP_WORDS = frozenset(
-    "a an the and or of to in on at for is are was were be been it this that with as by i you he "
-    "she we they my your his her our their me him them do did does have has had not no so but if "
-    "from what when where who how which".split())
-_TOKEN = re.compile(r"[a-z0-9]+")
-
-
-def tokens(text: str) -> list[str]:
-    return [w for w in _TOKEN.findall(text.lower()) if w not in STOP_WORDS]
 
 
 def split_body(body: str) -> tuple[str, str]:
