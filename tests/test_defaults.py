@@ -5,7 +5,6 @@ The set-ups of a PyGPT user (its own endpoint, Ollama) run in the real app: test
 from __future__ import annotations
 
 import json
-import os
 import stat
 import sys
 import time

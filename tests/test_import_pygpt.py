@@ -8,7 +8,7 @@ import shutil
 import subprocess
 import sys
 import types
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 
 import pytest

@@ -14,7 +14,6 @@ import signal
 import threading
 import time
 import types
-from pathlib import Path
 
 import pytest
 
@@ -22,7 +21,7 @@ from memoryplus.config.schema import Settings
 from memoryplus.testing import wait_for
 from memoryplus.testing.scripted_llm import ScriptedLLMServer
 from memoryplus.worker import protocol as P
-from memoryplus.worker.client import WorkerClient, WorkerError
+from memoryplus.worker.client import WorkerClient
 
 BANK = "reliable"
 KEY = "sk-test-RELIABLEkey0123456789abcdef"
