@@ -114,7 +114,7 @@ def load_data(bank_turns: int) -> tuple[list[tuple[str, str, str]], list[tuple[s
 
 
 def make_turn(tid: str, user: str, assistant: str, n: int):
-    from memoryplus.worker.records import Turn
+    from memoryplus.wire.records import Turn
     return Turn(id=tid, user=user, assistant=assistant, time=T0 + timedelta(minutes=10 * n))
 
 
@@ -404,7 +404,7 @@ def phase_percall(settings: dict, banks_dir: Path, query: str, n: int, out: dict
     """Per-call mode: one worker process per request (the persistent worker is closed first:
     Kuzu allows one owner process)."""
     from memoryplus.config.schema import Settings
-    from memoryplus.worker.client import WorkerClient
+    from memoryplus.client.worker_client import WorkerClient
     s = Settings(**{**settings, "engine_mode": "subprocess"})
     client = WorkerClient(s, banks_dir, mode="subprocess", app="bench")
     client.start()
@@ -420,7 +420,7 @@ def phase_worker_start(settings: dict, data_dir: Path, out: dict) -> None:
     """How long a persistent worker takes to be ready, by each way of starting it: `python -m`
     and multiprocessing's spawn protocol (what a frozen PyGPT uses, here with this Python)."""
     from memoryplus.config.schema import Settings
-    from memoryplus.worker.client import WorkerClient
+    from memoryplus.client.worker_client import WorkerClient
     for launch in ("python", "multiprocessing"):
         client = WorkerClient(Settings(**settings), data_dir / launch, mode="persistent", app="bench", launch=launch)
         try:
@@ -434,7 +434,7 @@ def phase_graphiti_search(settings: dict, banks_dir: Path, queries: list[str], o
     """graphiti's `search_` in this process, with the configuration and filter our engine
     hands it, on the same bank, same queries."""
     from memoryplus.config.schema import Settings
-    from memoryplus.worker.engine import MemoryEngine, clean_query
+    from memoryplus.engine.memory_engine import MemoryEngine, clean_query
 
     async def run():
         eng = MemoryEngine(Settings(**settings), banks_dir, app="bench")
@@ -462,7 +462,7 @@ def phase_llm(server, workdir: Path, turns, n_first: int, n_busy: int, n_idle: i
     """Our ingestion with LLM extraction (default mode, insights on) through a worker: every
     call the scripted LLM sees, per ingested turn; and search p95 while such a batch runs."""
     from memoryplus.config.schema import Settings
-    from memoryplus.worker.client import WorkerClient
+    from memoryplus.client.worker_client import WorkerClient
     s = Settings(**llm_settings(server.base_url))
     client = WorkerClient(s, workdir / "llm-banks", mode="persistent", app="bench-llm")
     client.start()
@@ -556,7 +556,7 @@ def phase_llm_growth(server, workdir: Path, turns, chunk: int, out: dict, growth
     at the same zero LLM latency, in chunks as the baseline reports them: the like-for-like
     side of `rss_growth_ratio_vs_graphiti` (the local-extraction growth is reported apart)."""
     from memoryplus.config.schema import Settings
-    from memoryplus.worker.client import WorkerClient
+    from memoryplus.client.worker_client import WorkerClient
     latency, server.latency_s = server.latency_s, 0.0
     client = WorkerClient(Settings(**llm_settings(server.base_url)), workdir / "llm-growth-banks",
                           mode="persistent", app="bench-llm-growth")
@@ -592,10 +592,10 @@ async def _baseline(a: dict) -> None:
     from graphiti_core.nodes import EpisodeType
 
     from memoryplus.config.schema import Settings
-    from memoryplus.worker.records import Credentials
-    from memoryplus.worker.embedders import LocalEmbedder
-    from memoryplus.worker.providers import OverlapReranker, build_llm
-    from memoryplus.worker.store import ensure_fulltext_indexes
+    from memoryplus.wire.records import Credentials
+    from memoryplus.engine.embedders import LocalEmbedder
+    from memoryplus.engine.providers import OverlapReranker, build_llm
+    from memoryplus.engine.store import ensure_fulltext_indexes
     proc = psutil.Process()
 
     def rss():
@@ -703,7 +703,7 @@ def run_bench(mode: str = "quick", json_path: str | os.PathLike | None = None, *
         # a second round of each, alternating: on a shared machine, load drifts between phases
         say("search timing, second round (a fresh persistent worker, then graphiti again)")
         from memoryplus.config.schema import Settings
-        from memoryplus.worker.client import WorkerClient
+        from memoryplus.client.worker_client import WorkerClient
         client = WorkerClient(Settings(**settings), banks_dir, mode="persistent", app="bench")
         client.start()
         try:

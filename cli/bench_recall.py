@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 # the README's tokens and stop words, shared with the engine's turn index
-from memoryplus.worker.keywords import tokens as bm25_tokens
+from memoryplus.engine.keywords import tokens as bm25_tokens
 
 # Where the developers and CI keep the dev split (never copied into the repository):
 # ../shared/data/longmemeval/dev.json.gz relative to the repository (or the current folder).
@@ -214,8 +214,8 @@ def _say(text: str) -> None:
 
 async def _one(engine, bank: str, q: DevQuestion, rec: dict) -> None:
     from memoryplus.plugin.memory_block import tokens
-    from memoryplus.worker.engine import clean_query
-    from memoryplus.worker.records import Turn
+    from memoryplus.engine.memory_engine import clean_query
+    from memoryplus.wire.records import Turn
     turns = [Turn(id=t.id, user=t.user, assistant=t.assistant, time=t.time) for t in q.turns]
     t0 = time.perf_counter()
     for i in range(0, len(turns), BATCH):
@@ -293,7 +293,7 @@ def run_dev(path: str | Path, limit: int | None = None, *, workdir: Path | None 
     """Ingest, search and score every (or a stratified `limit` of the) question(s) of `path`."""
     from memoryplus.config.schema import Settings
     from memoryplus.testing.pygpt_host import LOCAL
-    from memoryplus.worker.engine import MemoryEngine
+    from memoryplus.engine.memory_engine import MemoryEngine
     raw = stratified(load(path), limit)
     tmp = None
     if workdir is None:

@@ -10,7 +10,7 @@ random (seeded) every kind of fault at least once:
 - a bank locked by another process for a while (a read-only Kuzu open in a child process);
 - writes failing for a while, in both layers: spool writes through an I/O fault hook patched
   into *this process only* (``memoryplus.plugin.queue._write_all`` raises EIO), and Kuzu
-  writes in the worker through the store's test fault hook (``worker/store.py``,
+  writes in the worker through the store's test fault hook (``engine/store.py``,
   ``store_write_fault``: a fault file in the bank storage directory, honoured only with
   MEMORYPLUS_TEST_HOOKS=1, which this run sets for its workers);
 - settings changed mid-run; turns forgotten with /forget_that and with forget-by-id.
@@ -90,19 +90,19 @@ class _StoreFault:
         self.storage: Path | None = None
 
     def on(self, storage: Path, seconds: float) -> None:
-        from memoryplus.worker.store import TEST_STORE_FAULT_FILE
+        from memoryplus.engine.store import TEST_STORE_FAULT_FILE
         self.storage = storage
         storage.mkdir(parents=True, exist_ok=True)
         (storage / TEST_STORE_FAULT_FILE).write_text(str(time.time() + seconds))
 
     def off(self) -> None:
-        from memoryplus.worker.store import TEST_STORE_FAULT_FILE
+        from memoryplus.engine.store import TEST_STORE_FAULT_FILE
         if self.storage is not None:
             (self.storage / TEST_STORE_FAULT_FILE).write_text("0")
 
     @property
     def hits(self) -> int:
-        from memoryplus.worker.store import TEST_STORE_FAULT_FILE
+        from memoryplus.engine.store import TEST_STORE_FAULT_FILE
         if self.storage is None:
             return 0
         try:
@@ -311,7 +311,7 @@ class Chaos:
         lock_target = None
         banks_dir = self.plugin.banks_dir()
         if lock_bank:   # a bank already on disk (turns may still be queued), else nothing to lock
-            from memoryplus.worker.banks import BankDirectory
+            from memoryplus.wire.banks import BankDirectory
             bd = BankDirectory(banks_dir, "kuzu")
             used = [b for b in sorted({r.bank for r in self.records}) if (bd.path(b) / "graph.kuzu").exists()]
             lock_target = self.rng.choice(used) if used else None
@@ -336,7 +336,7 @@ class Chaos:
                 locker.wait()
 
     def _lock_bank(self, banks_dir: Path, bank: str) -> subprocess.Popen | None:
-        from memoryplus.worker.banks import BankDirectory
+        from memoryplus.wire.banks import BankDirectory
         path = BankDirectory(banks_dir, "kuzu").path(bank) / "graph.kuzu"
         if not path.exists():
             return None
@@ -356,7 +356,7 @@ class Chaos:
         return proc
 
     def _write_error(self) -> None:
-        from memoryplus.worker.banks import BankDirectory
+        from memoryplus.wire.banks import BankDirectory
         seconds = self.rng.uniform(0.5, 1.5)
         self.write_fault.until = time.monotonic() + seconds          # the spool (this process)
         self.store_fault.on(BankDirectory(self.plugin.banks_dir(), "kuzu").base, seconds)  # Kuzu (worker)
@@ -432,7 +432,7 @@ class Chaos:
             if not candidates:
                 return
             rec = self.rng.choice(candidates)
-            from memoryplus.worker.banks import episode_uuid, slug
+            from memoryplus.wire.banks import episode_uuid, slug
             self.plugin.queue.flush(timeout=120)
             try:
                 self.plugin.client.call("forget", {"bank": rec.bank,
@@ -489,7 +489,7 @@ class Chaos:
 
     def run(self) -> dict:
         from memoryplus.testing.scripted_llm import ScriptedLLMServer
-        from memoryplus.worker import redact
+        from memoryplus.common import redact
         t0 = time.monotonic()
         self.server = ScriptedLLMServer(latency_s=0.005, timeout_hold_s=1.0).start()
         self.settings = {
@@ -499,7 +499,7 @@ class Chaos:
             "batch_delay_ms": 0, "retry_attempts": 3, "retry_backoff_ms": 100, "queue_size": 200,
         }
         redact.register(self.api_key, self.neo4j_password)
-        from memoryplus.worker import protocol as P
+        from memoryplus.wire import protocol as P
         hooks_before = os.environ.get(P.TEST_HOOKS_ENV)
         os.environ[P.TEST_HOOKS_ENV] = "1"     # the workers honour the store fault hook
         self.write_fault.install()
@@ -565,8 +565,8 @@ class Chaos:
 
     def _finish(self, exceptions: list[str]) -> dict:
         """Faults off, retry the failed once, flush, export and account for every turn."""
-        from memoryplus.worker.banks import episode_uuid, slug
-        from memoryplus.worker.engine import COMPLETE, EpisodeMeta
+        from memoryplus.wire.banks import episode_uuid, slug
+        from memoryplus.engine.memory_engine import COMPLETE, EpisodeMeta
         self.server.clear_faults()
         self.write_fault.until = 0.0
         self.store_fault.off()
@@ -588,8 +588,8 @@ class Chaos:
         self.window.process_events(0.1)
         # A forget answered with an error (a write fault, a killed worker) may have been partly
         # applied, as a user would see from the error: they forget it again, now it works.
-        from memoryplus.worker.banks import episode_uuid as _ep_uuid
-        from memoryplus.worker.banks import slug as _slug
+        from memoryplus.wire.banks import episode_uuid as _ep_uuid
+        from memoryplus.wire.banks import slug as _slug
         forget_retried = 0
         for rec in self.forget_failed:
             if rec.forgotten:
@@ -752,7 +752,7 @@ class Chaos:
         try:
             import fcntl
 
-            from memoryplus.worker import protocol as P
+            from memoryplus.wire import protocol as P
             lock = self.workdir / "pygpt" / "memoryplus" / P.WORKER_LOCK
             if lock.exists():
                 fd = os.open(lock, os.O_RDWR)

@@ -39,7 +39,7 @@ class Doctor:
         self.checks: list[Check] = []
 
     def add(self, name: str, status: str, message: str, fix: str = "") -> None:
-        from memoryplus.worker.redact import redact
+        from memoryplus.common.redact import redact
         self.checks.append(Check(name, status, redact(message), redact(fix)))
 
     # ── the checks ────────────────────────────────────────────────────────────────────
@@ -127,7 +127,7 @@ class Doctor:
         return True
 
     def banks(self, settings, banks_dir: Path, worker_pid: int | None) -> list:
-        from memoryplus.worker.banks import BankDirectory
+        from memoryplus.wire.banks import BankDirectory
         manifests = BankDirectory(banks_dir, settings.backend).all()
         if not manifests:
             self.add("banks", "OK", f"no {settings.backend} banks yet")
@@ -137,7 +137,7 @@ class Doctor:
             return manifests
         import kuzu
 
-        from memoryplus.worker.store import _owner_of
+        from memoryplus.engine.store import _owner_of
         for m in manifests:
             bank_dir = BankDirectory(banks_dir, "kuzu").path(m.name)
             pid, app = _owner_of(bank_dir)
@@ -164,7 +164,7 @@ class Doctor:
         return manifests
 
     def worker(self, settings, banks_dir: Path, creds):
-        from memoryplus.worker.client import WorkerClient, connect_existing
+        from memoryplus.client.worker_client import WorkerClient, connect_existing
         client = connect_existing(banks_dir, timeout=3)
         if client is not None:
             try:
@@ -192,7 +192,7 @@ class Doctor:
         return None
 
     def llm(self, settings, creds) -> None:
-        from memoryplus.worker.providers import OLLAMA_DEFAULT_URL, resolve_llm
+        from memoryplus.engine.providers import OLLAMA_DEFAULT_URL, resolve_llm
         choice = resolve_llm(settings, creds)
         if not choice.configured:
             if settings.extraction_engine == "llm":
@@ -227,7 +227,7 @@ class Doctor:
                      "start the server or fix 'Override Base URL' / the LLM Provider setting")
 
     def embeddings(self, settings, creds, manifests) -> None:
-        from memoryplus.worker.providers import build_embedder, resolve_embedder
+        from memoryplus.engine.providers import build_embedder, resolve_embedder
 
         async def probe(choice):
             emb = build_embedder(choice)
@@ -238,7 +238,7 @@ class Doctor:
             try:
                 dim = asyncio.run(probe(choice))
             except Exception as exc:
-                from memoryplus.worker.providers import embeddings_unserved, local_choice
+                from memoryplus.engine.providers import embeddings_unserved, local_choice
                 if not (choice.local_if_unserved and embeddings_unserved(exc)):
                     raise
                 self.add("embeddings", "OK", f"{choice.why}, which serves no embeddings "
@@ -293,8 +293,8 @@ class Doctor:
 
     # ── running ───────────────────────────────────────────────────────────────────────
     def run(self) -> int:
-        from memoryplus.worker.providers import credentials_from_env
-        from memoryplus.worker.redact import register
+        from memoryplus.engine.providers import credentials_from_env
+        from memoryplus.common.redact import register
         self.python_and_packages()
         settings, banks_dir = self.settings()
         creds = credentials_from_env()
@@ -302,7 +302,7 @@ class Doctor:
                  creds.openai_api_key, creds.google_api_key)
         self.pygpt()
         writable = self.data_dir(banks_dir)
-        from memoryplus.worker import protocol as P
+        from memoryplus.wire import protocol as P
         info = P.live_worker(banks_dir) if writable else None
         worker_pid = None
         if writable:

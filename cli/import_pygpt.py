@@ -21,9 +21,9 @@ from collections import OrderedDict
 from datetime import datetime, timezone
 from pathlib import Path
 
-from memoryplus.worker.isodates import parse_iso
-from memoryplus.worker.records import Turn, as_utc
-from memoryplus.worker.wording import plural
+from memoryplus.common.isodates import parse_iso
+from memoryplus.wire.records import Turn, as_utc
+from memoryplus.common.wording import plural
 
 # Measured with the scripted LLM (tests/test_import_pygpt.py::test_llm_estimate_prompt_and_yes,
 # graphiti 0.31, Chatbot mode, two turns into a new bank): 4.0 LLM calls per stored turn
@@ -140,7 +140,7 @@ def _confirm(question: str) -> bool:
 async def run_import(args) -> int:
     from memoryplus.cli.main import CliError, _engine, _progress, _settings
     from memoryplus.config.paths import pygpt_workdir
-    from memoryplus.worker.providers import credentials_from_env, llm_available
+    from memoryplus.engine.providers import credentials_from_env, llm_available
 
     settings, banks_dir = _settings(args)
     workdir = Path(args.workdir).expanduser() if args.workdir else pygpt_workdir()
@@ -190,7 +190,7 @@ async def run_import(args) -> int:
                 print("nothing imported", file=sys.stderr)
                 return 1
 
-    from memoryplus.worker.client import connect_existing
+    from memoryplus.client.worker_client import connect_existing
     size = args.batch or settings.batch_size
     client = connect_existing(banks_dir)
     engine = None if client is not None else _engine(args)
@@ -204,7 +204,7 @@ async def run_import(args) -> int:
             for i in range(0, len(turns), size):
                 batch = turns[i:i + size]
                 if client is not None:
-                    from memoryplus.worker.records import IngestReport
+                    from memoryplus.wire.records import IngestReport
                     rep = IngestReport.model_validate(client.call(
                         "ingest", {"bank": bank, "turns": [t.model_dump(mode="json") for t in batch]},
                         timeout=max(60.0, settings.runner_timeout_s * len(batch))))

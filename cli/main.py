@@ -23,9 +23,9 @@ os.environ.setdefault("GRAPHITI_TELEMETRY_ENABLED", "false")
 
 from memoryplus.config.paths import data_dir, default_data_dir, load_settings  # noqa: E402
 from memoryplus.config.schema import MEMORY_MODES, SettingsError, validate  # noqa: E402
-from memoryplus.worker.isodates import parse_iso  # noqa: E402
-from memoryplus.worker.records import Turn  # noqa: E402
-from memoryplus.worker.wording import plural, readable, shorten  # noqa: E402
+from memoryplus.common.isodates import parse_iso  # noqa: E402
+from memoryplus.wire.records import Turn  # noqa: E402
+from memoryplus.common.wording import plural, readable, shorten  # noqa: E402
 
 
 class CliError(Exception):
@@ -197,8 +197,8 @@ def _settings(args):
 
 
 def _engine(args):
-    from memoryplus.worker.engine import MemoryEngine
-    from memoryplus.worker.providers import credentials_from_env
+    from memoryplus.engine.memory_engine import MemoryEngine
+    from memoryplus.engine.providers import credentials_from_env
     settings, banks_dir = _settings(args)
     return MemoryEngine(settings, banks_dir, credentials_from_env(), app="the memoryplus command")
 
@@ -452,7 +452,7 @@ def _main(argv: list[str] | None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.ERROR,
                         format="%(levelname)s %(name)s: %(message)s")
-    from memoryplus.worker.redact import install_log_filter
+    from memoryplus.common.redact import install_log_filter
     install_log_filter()
     if not args.verbose:
         logging.getLogger("graphiti_core").setLevel(logging.CRITICAL)
@@ -491,7 +491,7 @@ def _main(argv: list[str] | None) -> int:
         print(f"memoryplus: {exc}", file=sys.stderr)
         return 1
     except Exception as exc:  # one clear line, never a traceback
-        from memoryplus.worker.redact import redact
+        from memoryplus.common.redact import redact
         msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         print(f"memoryplus: {redact(msg)}", file=sys.stderr)
         if args.verbose:

@@ -7,7 +7,7 @@ from memoryplus.config.schema import options
 
 if TYPE_CHECKING:   # pydantic: imported when first needed, off PyGPT's start-up path
     from memoryplus.config.schema import Settings
-    from memoryplus.worker.records import Credentials
+    from memoryplus.wire.records import Credentials
 
 # PyGPT providers that speak our LLM clients' protocols natively; any other provider of a
 # model (anthropic, deepseek, open_router, ...) is reached as an OpenAI-compatible endpoint.
@@ -28,7 +28,7 @@ def bank_for(ctx: Any, settings: Settings) -> str:
 
 def credentials(window: Any, settings: Settings) -> Credentials:
     """Keys and endpoints for the Graphiti model, from PyGPT's own provider configuration."""
-    from memoryplus.worker.records import Credentials
+    from memoryplus.wire.records import Credentials
     creds: dict[str, str] = {}
     try:
         models = window.core.models

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:   # annotations only: pydantic stays off PyGPT's start-up path
-    from memoryplus.worker.records import SearchResult
+    from memoryplus.wire.records import SearchResult
 
 TAG = "memoryplus_memories"
 HEADER = ("Recalled notes from earlier conversations with this user (MemoryPlus). They are "

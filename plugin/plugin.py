@@ -37,10 +37,10 @@ from memoryplus.config.schema import TABS, defaults
 from memoryplus.plugin import commands as chat_commands
 from memoryplus.plugin import host
 from memoryplus.plugin.memory_block import build_block, inject
-from memoryplus.worker.wording import plural, readable, shorten
+from memoryplus.common.wording import plural, readable, shorten
 
 if TYPE_CHECKING:   # pydantic models: imported on the start-up thread, not at import
-    from memoryplus.worker.records import SearchResult, Turn
+    from memoryplus.wire.records import SearchResult, Turn
 
 log = logging.getLogger("memoryplus.plugin")
 
@@ -79,7 +79,7 @@ def _snapshot(ctx) -> Any:
 
 def _why(exc: BaseException) -> str:
     """An error, for a chat reply: one line, secrets redacted."""
-    from memoryplus.worker.redact import redact
+    from memoryplus.common.redact import redact
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     return shorten(redact(text), 300)
 
@@ -215,7 +215,7 @@ class Plugin(BasePlugin):
             from memoryplus.plugin.cache import SearchCache
             from memoryplus.plugin.queue import IngestQueue
             from memoryplus.plugin.sanitize import Sanitizer
-            from memoryplus.worker.client import WorkerClient
+            from memoryplus.client.worker_client import WorkerClient
             s = self.settings
             self.sanitizer = Sanitizer(s)
             for problem in self.sanitizer.problems:
@@ -408,7 +408,7 @@ class Plugin(BasePlugin):
 
     def _search_done(self, pending: PendingSearch, future) -> None:
         try:
-            from memoryplus.worker.records import SearchResult
+            from memoryplus.wire.records import SearchResult
             raw = future.result()
             pending.results = [SearchResult.model_validate(r) for r in raw or []]
             if self.cache is not None:
@@ -453,7 +453,7 @@ class Plugin(BasePlugin):
                     and str(getattr(ctx, "output", "") or "").strip())
 
     def turn_from_ctx(self, ctx) -> Turn:
-        from memoryplus.worker.records import Turn
+        from memoryplus.wire.records import Turn
         meta = getattr(ctx, "meta", None)
         meta_id = getattr(meta, "id", None) or getattr(ctx, "meta_id", None) or "0"
         ctx_id = getattr(ctx, "id", None) or f"obj{id(ctx)}"
@@ -489,8 +489,8 @@ class Plugin(BasePlugin):
     def _ingest_batch(self, bank: str, turns: list[Turn]):
         """The queue's sink: runs on the queue's thread, never the GUI thread."""
         from memoryplus.plugin.queue import IngestError
-        from memoryplus.worker.client import RequestTimeout, WorkerError, WorkerUnavailable
-        from memoryplus.worker.records import IngestReport
+        from memoryplus.client.worker_client import RequestTimeout, WorkerError, WorkerUnavailable
+        from memoryplus.wire.records import IngestReport
         self._check_llm_budget()
         # Sanitized here, on the queue's thread: custom rules may take a while on long turns.
         clean = self.sanitizer.clean if self.sanitizer else (lambda t: t)
@@ -627,7 +627,7 @@ class Plugin(BasePlugin):
         threading.Thread(target=search_then_offer, daemon=True, name="memoryplus-forget").start()
 
     def _forget_stored_turn(self, bank: str, turn: Turn, say) -> None:
-        from memoryplus.worker.banks import episode_uuid, slug
+        from memoryplus.wire.banks import episode_uuid, slug
         try:
             self.queue.flush(timeout=COMMAND_TIMEOUT_S)
             result = self.client.call("forget", {"bank": bank, "ids": [episode_uuid(slug(bank), turn.id)]},
@@ -646,7 +646,7 @@ class Plugin(BasePlugin):
         except Exception as exc:
             say(f"Could not search the memories to forget: {_why(exc)}")
             return
-        from memoryplus.worker.records import SearchResult
+        from memoryplus.wire.records import SearchResult
         matches = [SearchResult.model_validate(m) for m in report.get("matches", [])]
         if not matches:
             self._forget_offer = None
@@ -739,7 +739,7 @@ class Plugin(BasePlugin):
 
     def _endpoints(self, st: dict) -> str:
         """Which servers MemoryPlus talks to, by host only (for the texts of problems)."""
-        from memoryplus.worker.redact import host_of
+        from memoryplus.common.redact import host_of
         s, c = self.settings, self._creds
         parts = []
         if st.get("extraction") == "llm":
@@ -757,7 +757,7 @@ class Plugin(BasePlugin):
         from memoryplus.plugin.problems import Problem
         problem = self._problem(error)
         if problem is None and generic:
-            from memoryplus.worker.redact import redact
+            from memoryplus.common.redact import redact
             st = self.client.status() if self.client is not None else {}
             python = st.get("python") or "python"
             problem = Problem(f"worker:{generic}", redact(
@@ -854,7 +854,7 @@ class Plugin(BasePlugin):
             log.warning("cannot show a message: %s", exc)
 
     def _fail(self, what: str, exc: Exception) -> None:
-        from memoryplus.worker.redact import redact
+        from memoryplus.common.redact import redact
         self.counters["errors"] += 1
         self.last_error = redact(f"MemoryPlus {what}: {type(exc).__name__}: {exc}")[:300]
         log.warning("%s", self.last_error)

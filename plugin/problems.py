@@ -46,7 +46,7 @@ def requirement(module: str) -> str:
 
 def diagnose(error: str, *, python: str = "", endpoints: str = "") -> Problem | None:
     """The fixable cause behind an error text, or None (then the status bar says it)."""
-    from memoryplus.worker.redact import redact
+    from memoryplus.common.redact import redact
     text = str(error or "")
     low = text.lower()
     python = python or sys.executable

@@ -64,7 +64,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from memoryplus.config.paths import fsync_dir
-from memoryplus.worker.records import IngestReport, Turn
+from memoryplus.wire.records import IngestReport, Turn
 
 try:
     import fcntl as _fcntl

@@ -32,7 +32,7 @@ here="$(pwd -P)"
 stamp=.venv/.memoryplus-install
 want="$(cat requirements.txt requirements-nodeps.txt pyproject.toml | sha256sum | cut -d' ' -f1) $here"
 check() {
-  .venv/bin/python -c "import memoryplus.worker.engine, pygpt_net, kuzu, graphiti_core, wordllama"
+  .venv/bin/python -c "import memoryplus.engine.memory_engine, pygpt_net, kuzu, graphiti_core, wordllama"
 }
 editable_here() {   # memoryplus imports from this checkout (run from / so the cwd does not count)
   [ "$(cd / && "$here/.venv/bin/python" -c 'import memoryplus, os

@@ -67,7 +67,7 @@ for version in "${versions[@]}"; do
   pip_quiet "$venv/bin/python" -m pip install -q -r requirements-engine.txt
   pip_quiet "$venv/bin/python" -m pip install -q --no-deps -r requirements-nodeps.txt
   PYTHONWARNINGS="ignore:Editable installation" pip_quiet "$venv/bin/python" -m pip install -q --no-deps -e .
-  "$venv/bin/python" -c "import memoryplus.worker.engine, kuzu, graphiti_core, wordllama" || {
+  "$venv/bin/python" -c "import memoryplus.engine.memory_engine, kuzu, graphiti_core, wordllama" || {
     echo "test_other_pythons.sh: the Python $version environment is incomplete (see the messages above)" >&2
     exit 1
   }

@@ -41,7 +41,7 @@ def kill_worker_and_its_log(plugin) -> None:
 
 def backlog(queue, n: int) -> list[str]:
     """n turns handed over while the queue is paused: a backlog, batched when it resumes."""
-    from memoryplus.worker.records import Turn
+    from memoryplus.wire.records import Turn
     queue.pause("test: a backlog")
     for i in range(n):
         queue.put("default", Turn(id=f"b{i}", user=f"My colleague Worker{i} plays the tuba.", assistant="Noted."))

@@ -22,11 +22,11 @@ NAME = "frozen_launcher"
 
 _PROBE = r"""
 import asyncio, importlib.util, sys, tempfile
-import memoryplus.worker.process, memoryplus.worker.frozen
+import memoryplus.worker.process, memoryplus.client.frozen
 from memoryplus.config.schema import Settings
-from memoryplus.worker.client import WorkerClient
-from memoryplus.worker.engine import MemoryEngine
-from memoryplus.worker.records import Turn
+from memoryplus.client.worker_client import WorkerClient
+from memoryplus.engine.memory_engine import MemoryEngine
+from memoryplus.wire.records import Turn
 
 async def run(d):
     eng = MemoryEngine(Settings(extraction_engine="local", embedding_provider="local"), d)

@@ -62,8 +62,8 @@ def main() -> None:
     try:
         import memoryplus
         from memoryplus.config.schema import Settings
-        from memoryplus.worker.client import WorkerClient
-        from memoryplus.worker.records import Credentials
+        from memoryplus.client.worker_client import WorkerClient
+        from memoryplus.wire.records import Credentials
         rep["memoryplus_file"] = memoryplus.__file__
         rep["imports_s"] = round(time.monotonic() - t0, 3)
         settings = Settings(extraction_engine="local", embedding_provider="local")

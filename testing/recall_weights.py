@@ -18,8 +18,8 @@ import sys
 import numpy as np
 
 from memoryplus.cli import bench_recall as br
-from memoryplus.worker.embedders import LocalEmbedder
-from memoryplus.worker.turn_index import TurnIndex
+from memoryplus.engine.embedders import LocalEmbedder
+from memoryplus.engine.turn_index import TurnIndex
 
 GRID = [(1.0, u, c) for u, c in itertools.product([0, 0.25, 0.5, 1], [0.5, 1, 1.5, 2, 3, 4])]
 

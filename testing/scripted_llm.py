@@ -50,7 +50,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
 
-from memoryplus.worker.isodates import parse_iso
+from memoryplus.common.isodates import parse_iso
 
 __all__ = [
     'DEFAULT_EMBEDDING_DIM',
@@ -953,7 +953,7 @@ class ScriptedBrain:
             'SummaryDescription': self.summary_description,
             'CombinedExtraction': self.combined_extraction,
         }.get(name or '')
-        if name == 'MemoryGateDecision':    # MemoryPlus's own call (worker/llm_calls.py)
+        if name == 'MemoryGateDecision':    # MemoryPlus's own call (engine/llm_calls.py)
             result = self.memory_gate(turn if turn is not None else prompt, schema)
         elif handler is not None:
             result = handler(prompt)

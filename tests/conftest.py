@@ -10,7 +10,7 @@ os.environ.setdefault("QTWEBENGINE_DISABLE_SANDBOX", "1")
 import pytest  # noqa: E402
 
 from memoryplus.config.schema import Settings  # noqa: E402
-from memoryplus.worker.engine import MemoryEngine  # noqa: E402
+from memoryplus.engine.memory_engine import MemoryEngine  # noqa: E402
 
 
 @pytest.fixture

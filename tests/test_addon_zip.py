@@ -79,7 +79,7 @@ def test_the_readme_zip_installs_through_pygpts_installer_and_updates(tmp_path):
     assert archive == src / "dist" / f"memoryplus-addon-{version}.zip"
     names = zipfile.ZipFile(archive).namelist()
     assert "memoryplus/manifest.json" in names and "memoryplus/addon.py" in names
-    assert "memoryplus/worker/frozen.py" in names and "memoryplus/plugin/plugin.py" in names
+    assert "memoryplus/client/frozen.py" in names and "memoryplus/plugin/plugin.py" in names
     assert all(n.startswith("memoryplus/") for n in names), names
     leaked = [n for n in names if any(part in n.split("/") for part in (".venv", ".git", "__pycache__", "tests", "dist"))]
     assert not leaked, leaked

@@ -15,8 +15,8 @@ import pytest
 from memoryplus.config.install import LOCAL_EMBEDDER_PINS
 from memoryplus.testing.pygpt_host import chat_turn
 from memoryplus.testing.scripted_llm import ScriptedLLMServer
-from memoryplus.worker.providers import INVALID_ANSWER_RETRIES, MAX_LLM_CALLS_PER_TURN, resolve_embedder
-from memoryplus.worker.records import Credentials, Turn
+from memoryplus.engine.providers import INVALID_ANSWER_RETRIES, MAX_LLM_CALLS_PER_TURN, resolve_embedder
+from memoryplus.wire.records import Credentials, Turn
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -267,7 +267,7 @@ def test_an_unreachable_server_is_said_once_after_the_retries_not_per_turn(host)
 
 def test_pygpts_custom_endpoint_is_spoken_to_with_chat_completions():
     from memoryplus.config.schema import Settings
-    from memoryplus.worker.providers import resolve_llm
+    from memoryplus.engine.providers import resolve_llm
     own = resolve_llm(Settings(), Credentials(openai_api_key="sk-x", openai_base_url="http://10.0.0.5:8000/v1",
                                               model_provider="openai"))
     assert (own.provider, own.base_url, own.configured) == ("openai_compatible", "http://10.0.0.5:8000/v1", True)
@@ -289,7 +289,7 @@ def test_pygpts_custom_endpoint_is_spoken_to_with_chat_completions():
 ])
 def test_each_fixable_cause_is_recognised_and_its_text_has_no_secret(error, cause):
     from memoryplus.plugin.problems import diagnose
-    from memoryplus.worker import redact
+    from memoryplus.common import redact
     redact.register(SECRET)
     problem = diagnose(error, python="/opt/pygpt/bin/python", endpoints="LLM at 10.0.0.5:8000")
     assert (problem.cause if problem else None) == cause

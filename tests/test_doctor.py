@@ -93,7 +93,7 @@ def test_locked_bank_names_its_holder(tmp_path):
     holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import asyncio, sys
         from memoryplus.config.schema import Settings
-        from memoryplus.worker.engine import MemoryEngine
+        from memoryplus.engine.memory_engine import MemoryEngine
         async def main():
             eng = MemoryEngine(Settings(extraction_engine="local", embedding_provider="local"),
                                {str(data)!r}, app="a test holder")
@@ -133,8 +133,8 @@ def test_embedding_dimension_mismatch(tmp_path):
 
     from memoryplus.config.schema import Settings
     from memoryplus.testing.scripted_llm import ScriptedLLMServer
-    from memoryplus.worker.engine import MemoryEngine
-    from memoryplus.worker.records import Turn
+    from memoryplus.engine.memory_engine import MemoryEngine
+    from memoryplus.wire.records import Turn
 
     data = tmp_path / "data"
     emb = dict(extraction_engine="local", embedding_provider="openai", embedding_api_key=SECRET)

@@ -10,10 +10,10 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from memoryplus.worker.banks import episode_uuid, slug
-from memoryplus.worker.engine import EmbeddingMismatchError, EngineError, UnknownBankError
-from memoryplus.worker.records import Turn
-from memoryplus.worker.store import BankLockedError, StoreError
+from memoryplus.wire.banks import episode_uuid, slug
+from memoryplus.engine.memory_engine import EmbeddingMismatchError, EngineError, UnknownBankError
+from memoryplus.wire.records import Turn
+from memoryplus.engine.store import BankLockedError, StoreError
 
 T0 = datetime(2025, 1, 1, 12, tzinfo=timezone.utc)
 BANK = "current.chat"
@@ -114,7 +114,7 @@ async def test_forget_shared_entity_keeps_its_summary_free_of_forgotten_text(eng
 async def test_a_forget_that_fails_part_way_changes_nothing_and_a_retry_completes_it(engine, monkeypatch):
     """A write error at the forget's last step (the surviving entities' summaries, after the
     facts, entities and episode are deleted) leaves the bank as it was: one transaction."""
-    from memoryplus.worker.store import StoreError, WriteStoreError
+    from memoryplus.engine.store import StoreError, WriteStoreError
     await engine.ingest(BANK, [turn(1, "I live in Berlin"), turn(2, "I work at Siemens", days=1)])
     before = sorted(json.dumps(r, sort_keys=True, default=str) for r in await engine.export(BANK))
     fact = next(r for r in await engine.search(BANK, "Siemens") if r.kind == "fact")
@@ -203,7 +203,7 @@ async def test_import_reports_bad_lines_and_keeps_good_ones(engine):
 
 async def engine_with_another_embedder(make_engine, where):
     """An engine whose embedder is not the one the bank at `where` was built with."""
-    from memoryplus.worker.providers import EmbedderChoice
+    from memoryplus.engine.providers import EmbedderChoice
     first = make_engine(where)
     await first.ingest(BANK, [turn(1, "I live in Berlin")])
     await first.close()
@@ -233,7 +233,7 @@ async def test_a_bank_held_by_another_process_gives_a_clear_error(engine, tmp_pa
     script = textwrap.dedent(f"""
         import asyncio, sys, time
         from memoryplus.config.schema import Settings
-        from memoryplus.worker.engine import MemoryEngine
+        from memoryplus.engine.memory_engine import MemoryEngine
         async def main():
             e = MemoryEngine(Settings(extraction_engine='local', embedding_provider='local'),
                              {str(tmp_path / 'data')!r}, app='PyGPT')
@@ -257,7 +257,7 @@ async def test_a_bank_held_by_another_process_gives_a_clear_error(engine, tmp_pa
 
 
 async def test_an_interrupted_ingest_is_cleaned_up_and_redone(engine):
-    from memoryplus.worker import engine as eng_mod
+    from memoryplus.engine import engine as eng_mod
     await engine.ingest(BANK, [turn(1, "I live in Berlin")])
     original = eng_mod.MemoryEngine._extract_local
 
@@ -475,7 +475,7 @@ async def test_local_extraction_types_entities_by_mode(make_engine, tmp_path):
 
 
 async def test_banks_are_recycled_when_idle_and_keep_their_memories(engine, monkeypatch):
-    from memoryplus.worker import engine as eng_mod
+    from memoryplus.engine import engine as eng_mod
     monkeypatch.setattr(eng_mod, "RECYCLE_AFTER_QUERIES", 10)
     await engine.ingest(BANK, [turn(i, f"I visited Museum{i} in Vienna") for i in range(5)])
     first = engine.banks[BANK]
@@ -503,7 +503,7 @@ async def test_fewer_results_are_the_head_of_more_and_unfinished_turns_never_sho
     """Sources are looked up only for the candidates that can make the list: asking for 3
     must give exactly the first 3 of the longer list, also when the best-scoring candidates
     come from a turn whose storing was interrupted (pending: never shown)."""
-    from memoryplus.worker import engine as eng_mod
+    from memoryplus.engine import engine as eng_mod
     await engine.ingest(BANK, [turn(i, f"The zebra number {i} lives in Zoo{i} near the river", days=i)
                                for i in range(12)])
     original = eng_mod.MemoryEngine._extract_local
@@ -608,7 +608,7 @@ async def test_the_rewritten_fact_similarity_query_returns_what_graphitis_return
     import graphiti_core.driver.kuzu_driver as kd
     from graphiti_core.search.search_filters import SearchFilters
     from graphiti_core.search.search_utils import edge_similarity_search
-    from memoryplus.worker.kuzu_statements import faster_query
+    from memoryplus.engine.kuzu_statements import faster_query
     people = ["Greta", "Imre", "Talia", "Bruno", "Freya", "Ravi", "Joao", "Maren"]
     await engine.ingest("sim", [turn(i, f"My friend {n} lives in {c} and works as a {j}.", days=i)
                                 for i, (n, c, j) in enumerate(zip(people, ["Graz", "Brno", "Cork", "Lyon", "Ghent",

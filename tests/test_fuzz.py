@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from memoryplus.config.schema import Settings, SettingsError, options, validate, validate_lenient
 from memoryplus.plugin.memory_block import TAG, build_block, inject
 from memoryplus.plugin.sanitize import Sanitizer
-from memoryplus.worker.banks import MAX_NAME_CHARS, BankDirectory, slug
-from memoryplus.worker.records import SearchResult, Turn
+from memoryplus.wire.banks import MAX_NAME_CHARS, BankDirectory, slug
+from memoryplus.wire.records import SearchResult, Turn
 
 T = datetime(2025, 3, 1, tzinfo=timezone.utc)
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -209,7 +209,7 @@ def test_cli_import_keeps_the_good_lines_of_a_damaged_export_and_counts_the_bad(
 
     from memoryplus.cli.main import main
     from memoryplus.config.schema import Settings as S
-    from memoryplus.worker.engine import MemoryEngine
+    from memoryplus.engine.memory_engine import MemoryEngine
 
     async def export():
         eng = MemoryEngine(S(extraction_engine="local", embedding_provider="local"), tmp_path / "src")
@@ -373,7 +373,7 @@ def _corrupt(bank_dir: Path, kind: str) -> None:
 def two_banks(tmp_path_factory):
     """A data directory with banks 'alpha' and 'beta', one turn each, written by a worker."""
     from memoryplus.config.schema import Settings as S
-    from memoryplus.worker.client import WorkerClient
+    from memoryplus.client.worker_client import WorkerClient
     data = tmp_path_factory.mktemp("banks") / "data"
     c = WorkerClient(S(extraction_engine="local", embedding_provider="local"), data, mode="persistent").start()
     try:
@@ -389,8 +389,8 @@ def test_a_damaged_bank_gives_a_clear_error_and_the_other_banks_work(two_banks, 
     import shutil
 
     from memoryplus.config.schema import Settings as S
-    from memoryplus.worker.banks import BankDirectory
-    from memoryplus.worker.client import WorkerClient, WorkerError
+    from memoryplus.wire.banks import BankDirectory
+    from memoryplus.client.worker_client import WorkerClient, WorkerError
     data = tmp_path / "data"
     shutil.copytree(two_banks, data)
     alpha = BankDirectory(data, "kuzu").path("alpha")

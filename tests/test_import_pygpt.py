@@ -184,7 +184,7 @@ def test_import_through_running_worker(pygpt, tmp_path):
     import time
 
     from memoryplus.config.schema import Settings
-    from memoryplus.worker.client import WorkerClient
+    from memoryplus.client.worker_client import WorkerClient
 
     workdir, _ = pygpt
     data = tmp_path / "data"

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from memoryplus.worker.insights import (
+from memoryplus.engine.insights import (
     EMOTION_NAMES,
     TOPIC_NAMES,
     Insights,

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from memoryplus.worker.isodates import _parse, parse_iso
+from memoryplus.common.isodates import _parse, parse_iso
 
 UTC = timezone.utc
 

@@ -9,7 +9,7 @@ import pytest
 from graphiti_core.llm_client.errors import RateLimitError
 
 from memoryplus.testing.scripted_llm import ScriptedLLMServer
-from memoryplus.worker.records import Credentials, Turn
+from memoryplus.wire.records import Credentials, Turn
 
 T0 = datetime(2025, 1, 1, tzinfo=timezone.utc)
 

@@ -6,7 +6,7 @@ import time
 import pytest
 
 from memoryplus.config.schema import MEMORY_MODES
-from memoryplus.worker.local_extract import (
+from memoryplus.engine.local_extract import (
     LocalEntity,
     LocalExtraction,
     LocalFact,
@@ -16,7 +16,7 @@ from memoryplus.worker.local_extract import (
     is_low_value,
     word_count,
 )
-from memoryplus.worker.modes import mode_spec
+from memoryplus.engine.modes import mode_spec
 
 IDENTITY = mode_spec("Identity", emotion_tagging=False, topic_tagging=False)
 CHATBOT = mode_spec("Chatbot", emotion_tagging=False, topic_tagging=False)

@@ -5,7 +5,7 @@ from datetime import datetime, timezone
 
 from memoryplus.plugin.commands import parse
 from memoryplus.plugin.memory_block import TAG, build_block, inject
-from memoryplus.worker.records import SearchResult
+from memoryplus.wire.records import SearchResult
 
 T = datetime(2025, 3, 1, tzinfo=timezone.utc)
 

@@ -18,8 +18,8 @@ from graphiti_core.utils.maintenance.node_operations import extract_nodes
 from graphiti_core.utils.ontology_utils.entity_types_utils import validate_entity_types
 
 from memoryplus.config.schema import MEMORY_MODES, Settings
-from memoryplus.worker.insights import EMOTION_NAMES
-from memoryplus.worker.modes import (
+from memoryplus.engine.insights import EMOTION_NAMES
+from memoryplus.engine.modes import (
     RESERVED_EDGE_NAMES,
     RESERVED_TYPE_NAMES,
     ModeSpec,

@@ -9,8 +9,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from memoryplus.config.schema import Settings
-from memoryplus.worker.engine import MemoryEngine
-from memoryplus.worker.records import Turn
+from memoryplus.engine.memory_engine import MemoryEngine
+from memoryplus.wire.records import Turn
 
 URI = os.environ.get("NEO4J_URI")
 pytestmark = pytest.mark.skipif(not URI, reason="NEO4J_URI is not set: no Neo4j server to test against")

@@ -247,7 +247,7 @@ def test_command_errors_are_answered_in_the_chat(host):
     assert replies[1] == "Nothing to confirm: use /forget_that TEXT first."
     assert any("Unknown command" in s for s in window.statuses), "the status bar says it too"
     assert window.alerts == [] and plugin.queue.counts()["pending"] == 0
-    from memoryplus.worker.banks import MAX_NAME_CHARS
+    from memoryplus.wire.banks import MAX_NAME_CHARS
     window.core.config.set("preset", "p" * (MAX_NAME_CHARS + 1))   # a preset no bank can be named after
     assert chat_turn(window, "/remember_this my bike is green", "unused") is None
     failed = window.wait_chat(3)[2]

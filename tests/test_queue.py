@@ -16,7 +16,7 @@ import pytest
 from memoryplus.config.schema import Settings
 from memoryplus.plugin import queue as qmod
 from memoryplus.plugin.queue import (GUI_BLOCK_BUDGET_S, SPOOL_WINDOW_S, IngestError, IngestQueue)
-from memoryplus.worker.records import IngestReport, Turn
+from memoryplus.wire.records import IngestReport, Turn
 
 
 class Sink:
@@ -104,7 +104,7 @@ CRASH_SCRIPT = textwrap.dedent("""
     from pathlib import Path
     from memoryplus.config.schema import Settings
     from memoryplus.plugin.queue import IngestQueue
-    from memoryplus.worker.records import Turn
+    from memoryplus.wire.records import Turn
     block = threading.Event()
     def sink(bank, turns):
         block.wait()          # the worker never answers: turns stay in flight

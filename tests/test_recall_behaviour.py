@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from memoryplus.worker.records import Turn
+from memoryplus.wire.records import Turn
 
 T0 = datetime(2023, 5, 1, 9, tzinfo=timezone.utc)
 BANK = "current.chat"

@@ -20,8 +20,8 @@ import pytest
 from memoryplus.config.schema import Settings
 from memoryplus.testing import wait_for
 from memoryplus.testing.scripted_llm import ScriptedLLMServer
-from memoryplus.worker import protocol as P
-from memoryplus.worker.client import WorkerClient
+from memoryplus.wire import protocol as P
+from memoryplus.client.worker_client import WorkerClient
 
 BANK = "reliable"
 KEY = "sk-test-RELIABLEkey0123456789abcdef"
@@ -68,7 +68,7 @@ def test_a_malformed_llm_answer_stores_the_turn_locally_not_a_failure_or_a_bad_r
 
     # what the plugin's queue sink gets: a stored turn (nothing to retry), said once
     from memoryplus.plugin.plugin import Plugin
-    from memoryplus.worker.records import Turn
+    from memoryplus.wire.records import Turn
     plugin = Plugin.__new__(Plugin)
     plugin.client, plugin.cache, plugin.sanitizer, plugin.queue = c, None, None, None
     plugin.settings = s
@@ -115,8 +115,8 @@ def test_turns_the_memory_gate_skips_are_counted_and_shown_apart_from_stored_one
 # ── store write faults (the worker's I/O fault hook) ──────────────────────────────────────
 def test_turns_written_during_a_store_write_fault_are_retried_and_stored_once(host, monkeypatch):
     from memoryplus.testing.pygpt_host import chat_turn
-    from memoryplus.worker.banks import BankDirectory
-    from memoryplus.worker.store import TEST_STORE_FAULT_FILE
+    from memoryplus.wire.banks import BankDirectory
+    from memoryplus.engine.store import TEST_STORE_FAULT_FILE
     monkeypatch.setenv(P.TEST_HOOKS_ENV, "1")          # the hook is inert without it
     window, plugin = host(retry_attempts=8, retry_backoff_ms=100, batch_size=1, batch_delay_ms=0)
     chat_turn(window, "My sister Ilse lives in Graz.", "Noted.", ctx_id=1)
@@ -144,8 +144,8 @@ def test_turns_written_during_a_store_write_fault_are_retried_and_stored_once(ho
 
 def test_the_store_fault_file_is_inert_without_test_hooks(host, monkeypatch):
     from memoryplus.testing.pygpt_host import chat_turn
-    from memoryplus.worker.banks import BankDirectory
-    from memoryplus.worker.store import TEST_STORE_FAULT_FILE
+    from memoryplus.wire.banks import BankDirectory
+    from memoryplus.engine.store import TEST_STORE_FAULT_FILE
     monkeypatch.delenv(P.TEST_HOOKS_ENV, raising=False)
     window, plugin = host()
     storage = BankDirectory(plugin.banks_dir(), "kuzu").path("default").parent

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from memoryplus.cli.bench import DATA_FILE, bm25_ranking   # the same baseline the benchmark uses
 from memoryplus.testing import make_recall_data
-from memoryplus.worker.records import Turn
+from memoryplus.wire.records import Turn
 
 DATA = json.loads((Path(__file__).parent / "data" / "retrieval_small.json").read_text())
 K = 5

@@ -865,10 +865,10 @@ def test_standalone_cli_runs_until_ctrl_c():
 async def test_memory_gate_is_answered_by_the_turn_it_is_asked_about(server):
     """The gate's decision comes from what the turn says, both ways, through graphiti's real
     client as the worker calls it; a retry after a broken answer still judges the turn."""
-    from memoryplus.worker.llm_calls import MemoryGateDecision, gate_with_llm
+    from memoryplus.engine.llm_calls import MemoryGateDecision, gate_with_llm
     from memoryplus.config.schema import Settings
-    from memoryplus.worker.providers import LLMUsage
-    from memoryplus.worker.records import Credentials
+    from memoryplus.engine.providers import LLMUsage
+    from memoryplus.wire.records import Credentials
     settings = Settings(llm_provider='openai', override_base_url=server.base_url,
                         override_api_key='sk-gate-aaaaaaaaaaaaaaaa', insight_model='scripted-llm')
     creds = Credentials()

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from memoryplus.config.schema import Settings
-from memoryplus.worker.records import Credentials
+from memoryplus.wire.records import Credentials
 
 KEY = "sk-proj-SECRETsecret0123456789abcdefABCDEF"
 PASSWORD = "neo4j-Pa55word-zz9"
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:coroutine 'Neo4jDriver._execute_
 def test_secrets_never_on_the_worker_command_line_or_environment(tmp_path, monkeypatch, launch):
     """Both ways of starting the worker (`python -m`; the multiprocessing spawn child a frozen
     PyGPT uses, tests/test_frozen.py): not even a key in PyGPT's own environment gets through."""
-    from memoryplus.worker.client import WorkerClient
+    from memoryplus.client.worker_client import WorkerClient
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     settings = Settings(extraction_engine="local", embedding_provider="local", override_api_key=KEY,
                         neo4j_password=PASSWORD)
@@ -54,7 +54,7 @@ def test_secrets_never_on_the_worker_command_line_or_environment(tmp_path, monke
 
 def test_spool_is_readable_by_the_user_only(tmp_path):
     from memoryplus.plugin.queue import IngestQueue
-    from memoryplus.worker.records import Turn
+    from memoryplus.wire.records import Turn
     q = IngestQueue(tmp_path / "spool", Settings(), lambda bank, turns: None)
     q.start()
     try:
@@ -70,7 +70,7 @@ def test_spool_is_readable_by_the_user_only(tmp_path):
 @pytest.mark.parametrize("uri,encrypted", [("bolt+s://127.0.0.1:1", True), ("neo4j+s://127.0.0.1:1", True),
                                            ("bolt+ssc://127.0.0.1:1", True), ("bolt://127.0.0.1:1", False)])
 async def test_neo4j_tls_uris_give_an_encrypted_driver(uri, encrypted):
-    from memoryplus.worker.store import open_neo4j
+    from memoryplus.engine.store import open_neo4j
     driver = open_neo4j(uri, "neo4j", PASSWORD, "neo4j")
     try:
         assert driver.client._pool.pool_config.encrypted is encrypted
@@ -82,7 +82,7 @@ async def test_neo4j_tls_uris_give_an_encrypted_driver(uri, encrypted):
     "sk-" + "a1B2" * 12, "sk-proj-" + "Zz9_" * 10, "sk-ant-api03-" + "x" * 40, "AIza" + "S" * 35,
     "Bearer abcdef0123456789xyz"])
 def test_real_key_formats_are_redacted(secret):
-    from memoryplus.worker.redact import MASK, redact
+    from memoryplus.common.redact import MASK, redact
     text = f"request failed with key {secret} at https://user:hunter2pass@example.com/v1"
     out = redact(text)
     assert MASK in out and "hunter2pass" not in out

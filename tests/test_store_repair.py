@@ -2,7 +2,7 @@
 
 Real processes and real Kuzu on disk: a child process stores turns and is SIGKILLed with its
 writes still in Kuzu's write-ahead log; a second child opens the bank (which runs the repair of
-`worker/store.py`) and is SIGKILLed at a named point of that repair
+`engine/store.py`) and is SIGKILLed at a named point of that repair
 (MEMORYPLUS_TEST_KILL_IN_REPAIR, honoured only with MEMORYPLUS_TEST_HOOKS=1). Then the bank
 must open and answer like any other: every turn found by keyword, new turns stored, a forget
 working, no repair copy left behind.
@@ -18,8 +18,8 @@ from pathlib import Path
 import kuzu
 import pytest
 
-from memoryplus.worker.records import Turn
-from memoryplus.worker.store import REPAIR_BACKUP, TEST_KILL_IN_REPAIR_ENV
+from memoryplus.wire.records import Turn
+from memoryplus.engine.store import REPAIR_BACKUP, TEST_KILL_IN_REPAIR_ENV
 
 BANK = "repair"
 N = 8
@@ -29,8 +29,8 @@ import asyncio, os, signal, sys
 from pathlib import Path
 os.environ["GRAPHITI_TELEMETRY_ENABLED"] = "false"
 from memoryplus.config.schema import Settings
-from memoryplus.worker import engine as E
-from memoryplus.worker.records import Turn
+from memoryplus.engine import engine as E
+from memoryplus.wire.records import Turn
 
 async def main(what, data):
     eng = E.MemoryEngine(Settings(extraction_engine="local", embedding_provider="local"), Path(data))
@@ -171,8 +171,8 @@ async def test_a_bank_whose_recovery_fails_on_a_write_error_is_not_left_open_twi
     """Opening a bank recovers the episodes an interrupted write left pending. If that fails
     (a disk write error), the handle opened for it must not stay open beside the next one:
     Kuzu does not lock a database against its own process."""
-    from memoryplus.worker import engine as eng_mod
-    from memoryplus.worker.store import TEST_STORE_FAULT_FILE, WriteStoreError
+    from memoryplus.engine import engine as eng_mod
+    from memoryplus.engine.store import TEST_STORE_FAULT_FILE, WriteStoreError
     data = tmp_path / "data"
     eng = make_engine(directory=data)
     await eng.ingest(BANK, [Turn(id="t1", user="I met Zorblat1 at the harbour")])

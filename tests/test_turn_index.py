@@ -1,4 +1,4 @@
-"""The turn index (worker/turn_index.py): keywords and the user message's meaning, a relevance
+"""The turn index (engine/turn_index.py): keywords and the user message's meaning, a relevance
 floor, the conversation's time, and nothing left of a removed turn."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from datetime import datetime, timedelta, timezone
 
 import numpy as np
 
-from memoryplus.worker.turn_index import TurnIndex, split_body
+from memoryplus.engine.turn_index import TurnIndex, split_body
 
 T0 = datetime(2023, 5, 1, tzinfo=timezone.utc)
 
@@ -62,7 +62,7 @@ async def test_turns_stored_while_the_index_is_built_are_in_it(engine, monkeypat
     """The index is built on a bank's first search from one read of the bank; a turn stored
     after that read and before the index is in place must not be missing from it."""
     import asyncio
-    from memoryplus.worker.records import Turn
+    from memoryplus.wire.records import Turn
     await engine.ingest("b", [Turn(id="1", user="I play the cello", time=T0)])
     bank = await engine._bank("b", create=False)
     bank.turns = None

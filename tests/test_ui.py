@@ -19,7 +19,7 @@ from memoryplus.testing.pygpt_host import LOCAL, HostWindow, chat_turn
 from memoryplus.ui import graph_layout
 from memoryplus.ui.common import ElidedLabel
 from memoryplus.ui.graph_view import EdgeItem
-from memoryplus.worker.records import Turn
+from memoryplus.wire.records import Turn
 
 SHOTS = Path(__file__).resolve().parent.parent / "test-output" / "ui"
 UI_DIR = Path(__file__).resolve().parent.parent / "ui"

@@ -23,11 +23,11 @@ import pytest
 
 from memoryplus.config.schema import Settings
 from memoryplus.testing import wait_for
-from memoryplus.worker import protocol as P
-from memoryplus.worker.client import (
+from memoryplus.wire import protocol as P
+from memoryplus.client.worker_client import (
     RequestTimeout, WorkerClient, WorkerError, WorkerUnavailable, connect_existing,
 )
-from memoryplus.worker.records import BankStats, Credentials, IngestReport, SearchResult
+from memoryplus.wire.records import BankStats, Credentials, IngestReport, SearchResult
 
 BANK = "current.chat"
 SECRET_KEY = "sk-test-SECRETvalue0123456789abcdef"
@@ -51,7 +51,7 @@ def gone(pid: int) -> bool:
 
 def bank_opens_in_process(data_dir: Path, bank: str = BANK) -> BankStats:
     """Open the bank in this process: possible only when no worker holds its Kuzu lock."""
-    from memoryplus.worker.engine import MemoryEngine
+    from memoryplus.engine.memory_engine import MemoryEngine
 
     async def run():
         eng = MemoryEngine(settings(), data_dir)
@@ -465,7 +465,7 @@ def test_the_worker_exits_and_releases_the_bank_when_its_parent_is_killed(data_d
     script = (
         "import sys, time\n"
         "from memoryplus.config.schema import Settings\n"
-        "from memoryplus.worker.client import WorkerClient\n"
+        "from memoryplus.client.worker_client import WorkerClient\n"
         "c = WorkerClient(Settings(extraction_engine='local', embedding_provider='local'), sys.argv[1], mode='persistent')\n"
         "c.call('ingest', {'bank': 'current.chat', 'turns': [{'id': '1', 'user': 'I live in Berlin'}]}, timeout=60)\n"
         "print(c.status()['pid'], flush=True)\n"

@@ -21,9 +21,9 @@ from PySide6.QtCore import QObject, Qt, Signal, Slot
 from PySide6.QtGui import QPainter
 from PySide6.QtWidgets import QLabel, QSizePolicy, QSplitter, QWidget
 
-from memoryplus.worker.isodates import parse_iso
+from memoryplus.common.isodates import parse_iso
 # the one plural and one-line helpers (plain text, shared with the chat commands and the CLI)
-from memoryplus.worker.wording import one_line, plural  # noqa: F401
+from memoryplus.common.wording import one_line, plural  # noqa: F401
 
 log = logging.getLogger("memoryplus.ui")
 

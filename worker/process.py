@@ -1,6 +1,6 @@
 """The graph worker process: `python -m memoryplus.worker.process`.
 
-Started by `memoryplus.worker.client.WorkerClient` with its working directory set to the data
+Started by `memoryplus.client.worker_client.WorkerClient` with its working directory set to the data
 directory (graphiti loads any .env in the working directory: that one is ours) and a minimal
 environment without secrets. The first line on stdin is the config message (settings,
 credentials, data directory): secrets travel only that way, never on the command line or in
@@ -42,8 +42,8 @@ os.environ["GRAPHITI_TELEMETRY_ENABLED"] = "false"
 
 from pydantic import ValidationError  # noqa: E402
 
-from memoryplus.worker import protocol as P  # noqa: E402
-from memoryplus.worker import redact  # noqa: E402
+from memoryplus.wire import protocol as P  # noqa: E402
+from memoryplus.common import redact  # noqa: E402
 
 log = logging.getLogger("memoryplus.worker")
 EXIT_OK, EXIT_BAD_CONFIG, EXIT_TEST_START_FAILURE = 0, 2, 3
@@ -218,7 +218,7 @@ class WorkerServer:
     # ── life cycle ─────────────────────────────────────────────────────────────────────
     async def run(self) -> int:
         from memoryplus.config.schema import validate
-        from memoryplus.worker.engine import MemoryEngine
+        from memoryplus.engine.memory_engine import MemoryEngine
 
         self.loop = asyncio.get_running_loop()
         self.stopping = asyncio.Event()

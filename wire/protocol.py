@@ -35,7 +35,7 @@ from typing import Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from memoryplus.worker.records import (
+from memoryplus.wire.records import (
     BankInfo, BankStats, Credentials, ForgetReport, IngestReport, SearchResult, Turn,
 )
 

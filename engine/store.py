@@ -113,7 +113,7 @@ class CountingMixin:
 def open_kuzu(bank_dir: Path, bank_name: str, *, buffer_pool_mb: int, app: str) -> GraphDriver:
     from graphiti_core.driver import kuzu_driver as kd
 
-    from memoryplus.worker.kuzu_statements import PreparedStatementsMixin
+    from memoryplus.engine.kuzu_statements import PreparedStatementsMixin
 
     class _Driver(CountingMixin, PreparedStatementsMixin, kd.KuzuDriver):
         pass

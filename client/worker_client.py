@@ -25,7 +25,7 @@ through `worker.json`) is reached through its Unix socket instead of starting a 
 Secrets travel on the worker's stdin only, never in its argv or environment. A worker run by
 this process's own interpreter gets this process's whole import path (PyGPT's extra_packages
 folder included); in a frozen PyGPT it is PyGPT's own executable started as a multiprocessing
-spawn child (worker/frozen.py), with the same pipes, protocol, environment and working directory.
+spawn child (client/frozen.py), with the same pipes, protocol, environment and working directory.
 """
 from __future__ import annotations
 
@@ -46,10 +46,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from memoryplus.config.schema import SECRET_OPTIONS, Settings
-from memoryplus.worker import frozen
-from memoryplus.worker import protocol as P
-from memoryplus.worker import redact
-from memoryplus.worker.records import Credentials
+from memoryplus.client import frozen
+from memoryplus.wire import protocol as P
+from memoryplus.common import redact
+from memoryplus.wire.records import Credentials
 
 log = logging.getLogger("memoryplus.client")
 
@@ -302,7 +302,7 @@ class WorkerClient:
     def python(self) -> str:
         """The interpreter for worker processes: the `python` argument, the Worker Python
         setting, or the interpreter this process runs under (in a frozen build: its own
-        executable, started through multiprocessing; see worker/frozen.py)."""
+        executable, started through multiprocessing; see client/frozen.py)."""
         if self._python_arg:
             return self._python_arg
         if self.settings.worker_python.strip():

@@ -8,8 +8,8 @@ from pydantic import BaseModel, Field
 from graphiti_core.prompts.models import Message
 
 from memoryplus.config.schema import Settings
-from memoryplus.worker.providers import LLMUsage, build_llm, count_usage
-from memoryplus.worker.records import Credentials
+from memoryplus.engine.providers import LLMUsage, build_llm, count_usage
+from memoryplus.wire.records import Credentials
 
 
 class MemoryGateDecision(BaseModel):

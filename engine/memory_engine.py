@@ -43,22 +43,24 @@ from graphiti_core.search.search_filters import ComparisonOperator, DateFilter, 
 from graphiti_core.utils.bulk_utils import add_nodes_and_edges_bulk
 
 from memoryplus.config.schema import Settings
-from memoryplus.worker import insights as insight_rules
-from memoryplus.worker import llm_savings, local_extract, redact
-from memoryplus.worker.banks import BankDirectory, BankManifest, check_name, episode_uuid, slug
-from memoryplus.worker.isodates import parse_iso
-from memoryplus.worker.modes import ModeSpec, mode_spec
-from memoryplus.worker.providers import (
+from memoryplus.engine import insights as insight_rules
+from memoryplus.engine import llm_savings
+from memoryplus.engine import local_extract
+from memoryplus.common import redact
+from memoryplus.wire.banks import BankDirectory, BankManifest, check_name, episode_uuid, slug
+from memoryplus.common.isodates import parse_iso
+from memoryplus.engine.modes import ModeSpec, mode_spec
+from memoryplus.engine.providers import (
     EmbedderChoice, LLMUsage, OverlapReranker, ProviderError, build_embedder, build_llm,
     TurnBudget, count_usage, embeddings_unserved, llm_available, local_choice, resolve_embedder,
     turn_budget, unusable_answer,
 )
-from memoryplus.worker.queries import q
-from memoryplus.worker.records import (
+from memoryplus.engine.queries import q
+from memoryplus.wire.records import (
     BankInfo, BankStats, Credentials, ForgetReport, IngestReport, SearchResult, Turn, as_utc, utc_now,
 )
-from memoryplus.worker.turn_index import TurnIndex, split_body
-from memoryplus.worker.store import (
+from memoryplus.engine.turn_index import TurnIndex, split_body
+from memoryplus.engine.store import (
     BankLockedError, StoreError, checkpoint, close_kuzu, ensure_fulltext_indexes, open_kuzu, open_neo4j,
 )
 
@@ -576,7 +578,7 @@ class MemoryEngine:
         keep, reason = local_extract.gate_decision(body)
         if keep is not None or self.extraction != "llm":
             return (keep is not False), reason
-        from memoryplus.worker.llm_calls import gate_with_llm
+        from memoryplus.engine.llm_calls import gate_with_llm
         return await gate_with_llm(self.settings, self.credentials, bank.llm_usage, body)
 
     async def _store(self, bank: Bank, ep_uuid: str, body: str, when: datetime, meta: EpisodeMeta) -> None:

@@ -1,6 +1,6 @@
 """The keyword tokens of every BM25 here: lower-cased runs of `[a-z0-9]` minus the stop words
 below, as LongMemEval's README defines them for the baseline (cli/bench_recall.py). The
-engine's turn index (worker/turn_index.py) uses the very same, so ours and the baseline rank
+engine's turn index (engine/turn_index.py) uses the very same, so ours and the baseline rank
 the same words. Standard library only: the bench imports it before any engine code.
 """
 from __future__ import annotations

@@ -19,9 +19,9 @@ from graphiti_core.llm_client.openai_generic_client import OpenAIGenericClient
 
 from memoryplus.config.install import local_embedder_hint
 from memoryplus.config.schema import Settings
-from memoryplus.worker.embedders import HashEmbedder, LocalEmbedder
-from memoryplus.worker.records import Credentials
-from memoryplus.worker.redact import host_of
+from memoryplus.engine.embedders import HashEmbedder, LocalEmbedder
+from memoryplus.wire.records import Credentials
+from memoryplus.common.redact import host_of
 
 OLLAMA_DEFAULT_URL = "http://localhost:11434/v1"
 LLM_TIMEOUT_S = 120.0   # one LLM call; the SDK retries twice (honouring Retry-After) on top
