@@ -102,3 +102,17 @@ def test_options_and_defaults_need_no_pydantic_and_settings_is_built_from_them()
     with pytest.raises(ValidationError, match="batch_size"):      # validate_assignment, as before
         s.batch_size = 0
     assert Settings(unknown_option=1).model_dump() == schema.defaults()   # extra="ignore"
+
+
+def test_option_proofs_table_points_at_code_that_exists():
+    """scripts/check_option_proofs.py mutates where each option is read; when code moves, the
+    table must move with it, or the (hand-run, 25-minute) proofs check silently proves less."""
+    import importlib.util
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("check_option_proofs", root / "scripts" / "check_option_proofs.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    stale = [f"{opt}: {rel}: {old.strip()!r}" for opt, entries in mod.MUTATIONS.items()
+             for rel, old, _ in entries
+             if not (root / rel).is_file() or old not in (root / rel).read_text(encoding="utf-8")]
+    assert not stale, "stale entries in scripts/check_option_proofs.py MUTATIONS:\n" + "\n".join(stale)
