@@ -434,13 +434,14 @@ def phase_graphiti_search(settings: dict, banks_dir: Path, queries: list[str], o
     """graphiti's `search_` in this process, with the configuration and filter our engine
     hands it, on the same bank, same queries."""
     from memoryplus.config.schema import Settings
-    from memoryplus.engine.memory_engine import MemoryEngine, clean_query
+    from memoryplus.engine.memory_engine import MemoryEngine
+    from memoryplus.engine.search_ops import clean_query, search_config, search_filter
 
     async def run():
         eng = MemoryEngine(Settings(**settings), banks_dir, app="bench")
         try:
-            bank = await eng._bank(BANK, create=False)
-            cfg, flt = eng._search_config(eng.settings.search_depth), eng._search_filter(None)
+            bank = await eng.pool.bank(BANK, create=False)
+            cfg, flt = search_config(eng.settings.search_depth), search_filter(None)
 
             async def one(q):
                 t = time.perf_counter()

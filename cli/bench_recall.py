@@ -214,7 +214,7 @@ def _say(text: str) -> None:
 
 async def _one(engine, bank: str, q: DevQuestion, rec: dict) -> None:
     from memoryplus.plugin.memory_block import tokens
-    from memoryplus.engine.memory_engine import clean_query
+    from memoryplus.engine.search_ops import clean_query, search_config, search_filter
     from memoryplus.wire.records import Turn
     turns = [Turn(id=t.id, user=t.user, assistant=t.assistant, time=t.time) for t in q.turns]
     t0 = time.perf_counter()
@@ -227,8 +227,8 @@ async def _one(engine, bank: str, q: DevQuestion, rec: dict) -> None:
     results = await engine.search(bank, q.question, limit=10, now=q.date)
     rec["search_ms"] = (time.perf_counter() - t0) * 1000
     # graphiti's own search_ on the same bank, same configuration, warmed the same way
-    b = await engine._bank(bank, create=False)
-    cfg, flt = engine._search_config(engine.settings.search_depth), engine._search_filter(None)
+    b = await engine.pool.bank(bank, create=False)
+    cfg, flt = search_config(engine.settings.search_depth), search_filter(None)
     await b.graphiti.search_(clean_query(WARM_UP), config=cfg, group_ids=[b.slug], search_filter=flt)
     t0 = time.perf_counter()
     await b.graphiti.search_(clean_query(q.question), config=cfg, group_ids=[b.slug], search_filter=flt)

@@ -566,7 +566,7 @@ class Chaos:
     def _finish(self, exceptions: list[str]) -> dict:
         """Faults off, retry the failed once, flush, export and account for every turn."""
         from memoryplus.wire.banks import episode_uuid, slug
-        from memoryplus.engine.memory_engine import COMPLETE, EpisodeMeta
+        from memoryplus.engine.episodes import COMPLETE, EpisodeMeta
         self.server.clear_faults()
         self.write_fault.until = 0.0
         self.store_fault.off()

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from memoryplus.wire.banks import episode_uuid, slug
-from memoryplus.engine.memory_engine import EmbeddingMismatchError, EngineError, UnknownBankError
+from memoryplus.engine.errors import EmbeddingMismatchError, EngineError, UnknownBankError
 from memoryplus.wire.records import Turn
 from memoryplus.engine.store import BankLockedError, StoreError
 
@@ -118,20 +118,20 @@ async def test_a_forget_that_fails_part_way_changes_nothing_and_a_retry_complete
     await engine.ingest(BANK, [turn(1, "I live in Berlin"), turn(2, "I work at Siemens", days=1)])
     before = sorted(json.dumps(r, sort_keys=True, default=str) for r in await engine.export(BANK))
     fact = next(r for r in await engine.search(BANK, "Siemens") if r.kind == "fact")
-    query = engine._query
+    query = engine.pool.query
 
     async def disk_fails_at_the_summaries(bank, name, /, **params):
         if name == "set_summary":
             raise WriteStoreError("writing to its database failed: [Errno 5] Input/output error (test)")
         return await query(bank, name, **params)
-    monkeypatch.setattr(engine, "_query", disk_fails_at_the_summaries)
+    monkeypatch.setattr(engine.pool, "query", disk_fails_at_the_summaries)
     with pytest.raises(StoreError):
         await engine.forget(BANK, ids=[fact.id])
     after = sorted(json.dumps(r, sort_keys=True, default=str) for r in await engine.export(BANK))
     assert after == before, "a failed forget changes nothing"
     assert "Siemens" in texts(await engine.search(BANK, "Siemens"))
 
-    monkeypatch.setattr(engine, "_query", query)
+    monkeypatch.setattr(engine.pool, "query", query)
     report = await engine.forget(BANK, ids=[fact.id])
     assert report.sources == ["2"] and report.episodes_removed == 1
     assert "siemens" not in json.dumps(await engine.export(BANK)).lower()
@@ -257,20 +257,20 @@ async def test_a_bank_held_by_another_process_gives_a_clear_error(engine, tmp_pa
 
 
 async def test_an_interrupted_ingest_is_cleaned_up_and_redone(engine):
-    from memoryplus.engine import engine as eng_mod
+    from memoryplus.engine.local_writer import LocalGraphWriter
     await engine.ingest(BANK, [turn(1, "I live in Berlin")])
-    original = eng_mod.MemoryEngine._extract_local
+    original = LocalGraphWriter.write
 
     async def crash_midway(self, bank, episode, meta):
         await original(self, bank, episode, meta)   # all graph writes done ...
         raise KeyboardInterrupt                       # ... but never marked complete
 
-    eng_mod.MemoryEngine._extract_local = crash_midway
+    LocalGraphWriter.write = crash_midway
     try:
         with pytest.raises(KeyboardInterrupt):
             await engine.ingest(BANK, [turn(2, "I work at Siemens", days=1)])
     finally:
-        eng_mod.MemoryEngine._extract_local = original
+        LocalGraphWriter.write = original
     page = await engine.browse(BANK, "episodes")
     assert any(not e["complete"] for e in page), "the interrupted episode is left pending"
     await engine.close()                                  # a restart ...
@@ -475,8 +475,8 @@ async def test_local_extraction_types_entities_by_mode(make_engine, tmp_path):
 
 
 async def test_banks_are_recycled_when_idle_and_keep_their_memories(engine, monkeypatch):
-    from memoryplus.engine import engine as eng_mod
-    monkeypatch.setattr(eng_mod, "RECYCLE_AFTER_QUERIES", 10)
+    from memoryplus.engine import bank_pool
+    monkeypatch.setattr(bank_pool, "RECYCLE_AFTER_QUERIES", 10)
     await engine.ingest(BANK, [turn(i, f"I visited Museum{i} in Vienna") for i in range(5)])
     first = engine.banks[BANK]
     assert await engine.maintain() is True
@@ -503,21 +503,21 @@ async def test_fewer_results_are_the_head_of_more_and_unfinished_turns_never_sho
     """Sources are looked up only for the candidates that can make the list: asking for 3
     must give exactly the first 3 of the longer list, also when the best-scoring candidates
     come from a turn whose storing was interrupted (pending: never shown)."""
-    from memoryplus.engine import engine as eng_mod
+    from memoryplus.engine.local_writer import LocalGraphWriter
     await engine.ingest(BANK, [turn(i, f"The zebra number {i} lives in Zoo{i} near the river", days=i)
                                for i in range(12)])
-    original = eng_mod.MemoryEngine._extract_local
+    original = LocalGraphWriter.write
 
     async def crash_midway(self, bank, episode, meta):
         await original(self, bank, episode, meta)
         raise KeyboardInterrupt
 
-    eng_mod.MemoryEngine._extract_local = crash_midway
+    LocalGraphWriter.write = crash_midway
     try:
         with pytest.raises(KeyboardInterrupt):
             await engine.ingest(BANK, [turn("okapi", "The okapi Kibo lives in Zoo7 near the river", days=20)])
     finally:
-        eng_mod.MemoryEngine._extract_local = original
+        LocalGraphWriter.write = original
     query = "okapi Kibo lives in Zoo7 near the river"
     everything = await engine.search(BANK, query, limit=100)
     assert everything and all("okapi" not in r.sources for r in everything)
@@ -609,6 +609,7 @@ async def test_the_rewritten_fact_similarity_query_returns_what_graphitis_return
     from graphiti_core.search.search_filters import SearchFilters
     from graphiti_core.search.search_utils import edge_similarity_search
     from memoryplus.engine.kuzu_statements import faster_query
+    from memoryplus.engine.search_ops import search_filter
     people = ["Greta", "Imre", "Talia", "Bruno", "Freya", "Ravi", "Joao", "Maren"]
     await engine.ingest("sim", [turn(i, f"My friend {n} lives in {c} and works as a {j}.", days=i)
                                 for i, (n, c, j) in enumerate(zip(people, ["Graz", "Brno", "Cork", "Lyon", "Ghent",
@@ -626,7 +627,7 @@ async def test_the_rewritten_fact_similarity_query_returns_what_graphitis_return
     try:
         for query in ("Who bakes bread?", "Where does Ravi live?", "a pilot in Cork"):
             vec = await bank.embedder.create(query)
-            for flt in (SearchFilters(), engine._search_filter(None)):
+            for flt in (SearchFilters(), search_filter(None)):
                 seen.clear()
                 mine = await edge_similarity_search(bank.driver, vec, None, None, flt, [bank.slug], 5, 0.0)
                 original = seen[-1]

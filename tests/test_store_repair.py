@@ -29,7 +29,7 @@ import asyncio, os, signal, sys
 from pathlib import Path
 os.environ["GRAPHITI_TELEMETRY_ENABLED"] = "false"
 from memoryplus.config.schema import Settings
-from memoryplus.engine import engine as E
+from memoryplus.engine import memory_engine as E, store as S
 from memoryplus.wire.records import Turn
 
 async def main(what, data):
@@ -39,7 +39,7 @@ async def main(what, data):
         await eng.ingest("repair", turns[:4])
         async def no_checkpoint(driver):    # leave the next writes in the write-ahead log only
             pass
-        E.checkpoint = no_checkpoint
+        S.checkpoint = no_checkpoint
         await eng.ingest("repair", turns[4:])
         os.kill(os.getpid(), signal.SIGKILL)     # the worker dies with a non-empty log
     if what == "forget_killed":
@@ -171,20 +171,20 @@ async def test_a_bank_whose_recovery_fails_on_a_write_error_is_not_left_open_twi
     """Opening a bank recovers the episodes an interrupted write left pending. If that fails
     (a disk write error), the handle opened for it must not stay open beside the next one:
     Kuzu does not lock a database against its own process."""
-    from memoryplus.engine import engine as eng_mod
+    from memoryplus.engine.local_writer import LocalGraphWriter
     from memoryplus.engine.store import TEST_STORE_FAULT_FILE, WriteStoreError
     data = tmp_path / "data"
     eng = make_engine(directory=data)
     await eng.ingest(BANK, [Turn(id="t1", user="I met Zorblat1 at the harbour")])
-    original = eng_mod.MemoryEngine._extract_local
+    original = LocalGraphWriter.write
 
     async def crash_midway(self, bank, episode, meta):
         await original(self, bank, episode, meta)
         raise KeyboardInterrupt                      # written, never marked complete
-    monkeypatch.setattr(eng_mod.MemoryEngine, "_extract_local", crash_midway)
+    monkeypatch.setattr(LocalGraphWriter, "write", crash_midway)
     with pytest.raises(KeyboardInterrupt):
         await eng.ingest(BANK, [Turn(id="t2", user="I met Zorblat2 at the harbour")])
-    monkeypatch.setattr(eng_mod.MemoryEngine, "_extract_local", original)
+    monkeypatch.setattr(LocalGraphWriter, "write", original)
     await eng.close()
 
     storage = _bank_dir(data).parent

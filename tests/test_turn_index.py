@@ -64,10 +64,10 @@ async def test_turns_stored_while_the_index_is_built_are_in_it(engine, monkeypat
     import asyncio
     from memoryplus.wire.records import Turn
     await engine.ingest("b", [Turn(id="1", user="I play the cello", time=T0)])
-    bank = await engine._bank("b", create=False)
+    bank = await engine.pool.bank("b", create=False)
     bank.turns = None
     read, go_on = asyncio.Event(), asyncio.Event()
-    query = engine._query
+    query = engine.pool.query
 
     async def slow_read(bank_, name, /, **params):
         rows = await query(bank_, name, **params)
@@ -75,8 +75,8 @@ async def test_turns_stored_while_the_index_is_built_are_in_it(engine, monkeypat
             read.set()
             await go_on.wait()
         return rows
-    monkeypatch.setattr(engine, "_query", slow_read)
-    build = asyncio.ensure_future(engine._turn_index(bank))
+    monkeypatch.setattr(engine.pool, "query", slow_read)
+    build = asyncio.ensure_future(engine.search_ops.turn_index(bank))
     await read.wait()
     await engine.ingest("b", [Turn(id="2", user="I also play the oboe", time=T0 + timedelta(days=1))])
     go_on.set()

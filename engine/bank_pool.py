@@ -1,0 +1,385 @@
+"""The open banks: opening (embedder check, database, recovery), closing, idle maintenance,
+flushing, and the queries every operation runs through.
+
+All methods are coroutines meant to run on one event loop (the worker's). Writes to a bank
+are serialized by that bank's lock; searches take no lock, so they interleave between the
+queries of a running ingest instead of waiting for the whole batch. The operations classes
+(ingest_ops, search_ops, forget_ops, admin_ops, removal, local_writer) each take this pool.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from graphiti_core import Graphiti
+from graphiti_core.driver.driver import GraphDriver, GraphProvider
+from graphiti_core.embedder.client import EmbedderClient
+from graphiti_core.llm_client import LLMClient
+
+from memoryplus.common import redact
+from memoryplus.config.schema import Settings
+from memoryplus.engine import store
+from memoryplus.engine.errors import EmbeddingMismatchError, UnknownBankError
+from memoryplus.engine.modes import ModeSpec, mode_spec
+from memoryplus.engine.providers import (
+    EmbedderChoice, LLMUsage, OverlapReranker, ProviderError, build_embedder, build_llm, count_usage,
+    embeddings_unserved, llm_available, local_choice, resolve_embedder,
+)
+from memoryplus.engine.queries import q
+from memoryplus.engine.store import StoreError, close_kuzu, ensure_fulltext_indexes, open_kuzu, open_neo4j
+from memoryplus.engine.turn_index import TurnIndex
+from memoryplus.wire.banks import BankDirectory, BankManifest, check_name, slug
+from memoryplus.wire.records import Credentials, utc_now
+
+os.environ.setdefault("GRAPHITI_TELEMETRY_ENABLED", "false")
+log = logging.getLogger("memoryplus.engine")
+
+# How many queries a Kuzu bank serves before it is reopened (when idle). A safety net: the
+# native growth per query (reference/graphiti-kuzu.md §5) is gone with prepared statements
+# (kuzu_statements.py), and a reopen empties the bank's caches, so not often.
+RECYCLE_AFTER_QUERIES = 50_000
+# A search waits at most this long for a checkpoint to start: searches under way go first.
+READS_FIRST_S = 1.0
+
+
+class UsageBook:
+    """LLM calls and tokens spent on one bank, by day, kept beside the bank."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        try:
+            self.data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            self.data = {}
+        for k in ("llm_calls", "llm_input_tokens", "llm_output_tokens", "skipped_by_gate", "pruned"):
+            self.data.setdefault(k, 0)
+        self.data.setdefault("days", {})
+
+    def add(self, calls: int = 0, input_tokens: int = 0, output_tokens: int = 0, **counters: int):
+        if not (calls or input_tokens or output_tokens or any(counters.values())):
+            return
+        self.data["llm_calls"] += calls
+        self.data["llm_input_tokens"] += input_tokens
+        self.data["llm_output_tokens"] += output_tokens
+        for k, v in counters.items():
+            self.data[k] = self.data.get(k, 0) + v
+        day = self.data["days"].setdefault(utc_now().date().isoformat(), {"calls": 0, "tokens": 0})
+        day["calls"] += calls
+        day["tokens"] += input_tokens + output_tokens
+        self.save()
+
+    def today(self) -> int:
+        return self.data["days"].get(utc_now().date().isoformat(), {}).get("calls", 0)
+
+    def save(self) -> None:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(self.data))
+            os.replace(tmp, self.path)
+        except OSError as exc:  # the counters are informative; never fail a write for them
+            log.warning("cannot save usage counters: %s", exc)
+
+
+class NoLLM(LLMClient):
+    """Stands in for an LLM when extraction is local: any call is a bug, said loudly."""
+
+    def __init__(self):
+        super().__init__(config=None)
+
+    async def _generate_response(self, *args, **kwargs):
+        raise ProviderError("the local extraction engine makes no LLM calls")
+
+
+@dataclass
+class Bank:
+    name: str
+    slug: str
+    dir: Path
+    manifest: BankManifest
+    driver: GraphDriver
+    graphiti: Graphiti
+    embedder: EmbedderClient
+    usage: UsageBook
+    llm_usage: LLMUsage
+    write_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    entities: dict[str, tuple[str, str]] | None = None  # lower name -> (uuid, name)
+    active: int = 0
+    opened_at: float = field(default_factory=time.monotonic)
+    searching: int = 0          # searches under way
+    in_transaction: bool = False  # a Kuzu transaction is open: new searches wait (see all_or_nothing)
+    unflushed: int = 0          # turns written since the last checkpoint (deferred flushes)
+    turns: TurnIndex | None = None  # the stored turns as an index (built on the first search)
+    turns_pending: list | None = None  # while it is built: the writes to apply to it after
+
+    @property
+    def provider(self) -> GraphProvider:
+        return self.driver.provider
+
+
+class BankPool:
+    """The settings and the open banks of one engine; one instance per process, one event loop.
+
+    `recover` is called with each bank as it opens (the engine gives IngestOps.recover: the
+    ingest redoes what a crash left pending, and the pool does not depend on it)."""
+
+    def __init__(self, settings: Settings, data_dir: Path | str, credentials: Credentials | None = None,
+                 *, embedder: EmbedderChoice | None = None, app: str = "memoryplus"):
+        self.settings = settings
+        self.data_dir = Path(data_dir)
+        self.credentials = credentials or Credentials()
+        self.embedder_override = embedder
+        self.app = app
+        self.instance = uuid.uuid4().hex    # names this engine in unflushed ingest answers
+        self.banks: dict[str, Bank] = {}
+        self.recover: Callable[[Bank], Awaitable[None]] | None = None
+        self._open_lock = asyncio.Lock()
+        self._neo4j: GraphDriver | None = None
+        self.dir = BankDirectory(self.data_dir, settings.backend)
+        self._register_secrets()
+
+    def _register_secrets(self) -> None:
+        s, c = self.settings, self.credentials
+        redact.register(s.neo4j_password, s.override_api_key, s.embedding_api_key,
+                        c.openai_api_key, c.google_api_key)
+
+    # ── configuration ──────────────────────────────────────────────────────────────────
+    @property
+    def extraction(self) -> str:
+        e = self.settings.extraction_engine
+        if e == "auto":
+            return "llm" if llm_available(self.settings, self.credentials) else "local"
+        return e
+
+    def spec(self) -> ModeSpec:
+        s = self.settings
+        return mode_spec(s.memory_mode, s.custom_analysis_prompt, emotion_tagging=s.emotion_tagging,
+                         topic_tagging=s.topic_tagging, emotion_sensitivity=s.emotion_sensitivity)
+
+    async def update_settings(self, settings: Settings, credentials: Credentials | None = None) -> None:
+        """Apply new settings; banks reopen when what they were opened with changed."""
+        reopen = (settings.backend != self.settings.backend
+                  or settings.kuzu_buffer_pool_mb != self.settings.kuzu_buffer_pool_mb
+                  or (settings.neo4j_uri, settings.neo4j_user, settings.neo4j_password,
+                      settings.neo4j_database) != (self.settings.neo4j_uri, self.settings.neo4j_user,
+                                                   self.settings.neo4j_password,
+                                                   self.settings.neo4j_database)
+                  or any(getattr(settings, k) != getattr(self.settings, k) for k in (
+                      "llm_provider", "graphiti_model", "override_base_url", "override_api_key",
+                      "embedding_provider", "embedding_model", "embedding_base_url",
+                      "embedding_api_key", "extraction_engine", "graphiti_temperature",
+                      "max_context_tokens"))
+                  or (credentials is not None and credentials != self.credentials))
+        if reopen:
+            await self.close()
+        self.settings = settings
+        if credentials is not None:
+            self.credentials = credentials
+        self.dir = BankDirectory(self.data_dir, settings.backend)
+        self._register_secrets()
+
+    # ── opening and closing banks ──────────────────────────────────────────────────────
+    def known(self, name: str) -> bool:
+        return name in self.banks or self.dir.exists(name)
+
+    async def existing(self, name: str) -> Bank:
+        """An existing bank, opened if need be; UnknownBankError for any other name."""
+        if not self.known(name):
+            raise UnknownBankError(f"unknown bank {name!r} (see `memoryplus banks`)")
+        return await self.bank(name, create=False)
+
+    async def bank(self, name: str, *, create: bool = True) -> Bank:
+        check_name(name)
+        bank = self.banks.get(name)
+        if bank is not None:
+            return bank
+        async with self._open_lock:
+            bank = self.banks.get(name)
+            if bank is None:
+                if not create and not self.dir.exists(name):
+                    raise UnknownBankError(f"unknown bank {name!r} (see `memoryplus banks`)")
+                bank = await self._open(name)
+                self.banks[name] = bank
+        return bank
+
+    async def _open(self, name: str) -> Bank:
+        manifest = self.dir.manifest(name)
+        choice = self.embedder_override or resolve_embedder(
+            self.settings, self.credentials, manifest.embedder if manifest else "")
+        if manifest is not None and manifest.embedder and manifest.embedder != choice.id:
+            raise EmbeddingMismatchError(
+                f"bank {name!r} was built with the embedder {manifest.embedder} "
+                f"({manifest.embedding_dim} dimensions) but the settings now give {choice.id}: "
+                f"switch the embedding settings back, or re-embed the bank "
+                f"(`memoryplus reembed --bank {name}` or Re-embed in the memory browser)")
+        embedder = build_embedder(choice)
+        if manifest is None:
+            # Record the size the embedder really returns (servers may ignore the requested one).
+            try:
+                choice.dim = len(await embedder.create("dimension probe"))
+            except Exception as exc:
+                if not (choice.local_if_unserved and embeddings_unserved(exc)):
+                    raise
+                # `auto` followed PyGPT's endpoint, which does not serve embeddings: decided
+                # once, for this bank, and recorded (the bank keeps it; see resolve_embedder).
+                status = getattr(exc, "status_code", "?")
+                choice = local_choice(f"{choice.why}, which does not serve embeddings "
+                                      f"(HTTP {status} for {choice.model})")
+                embedder = build_embedder(choice)
+                choice.dim = len(await embedder.create("dimension probe"))
+            manifest = self.dir.create(name, choice.id, choice.dim, note=choice.why)
+            log.info("bank %r: embedder %s (%s)", name, choice.id, choice.why)
+        bank_dir = self.dir.path(name)
+        if self.settings.backend == "kuzu":
+            driver = await asyncio.to_thread(open_kuzu, bank_dir, name,
+                                             buffer_pool_mb=self.settings.kuzu_buffer_pool_mb,
+                                             app=self.app)
+            try:
+                await ensure_fulltext_indexes(driver)
+            except Exception:
+                close_kuzu(driver, bank_dir)
+                raise
+        else:
+            driver = await self._neo4j_driver()
+        usage = LLMUsage()
+        llm: LLMClient
+        if self.extraction == "llm":
+            llm = count_usage(build_llm(self.settings, self.credentials), usage)
+        else:
+            llm = NoLLM()
+        graphiti = Graphiti(graph_driver=driver, llm_client=llm, embedder=embedder,
+                            cross_encoder=OverlapReranker(), max_coroutines=4)
+        bank = Bank(name=name, slug=slug(name), dir=bank_dir, manifest=manifest, driver=driver,
+                    graphiti=graphiti, embedder=graphiti.embedder,
+                    usage=UsageBook(bank_dir / "usage.json"), llm_usage=usage)
+        if self.recover is not None:
+            await self.recover(bank)
+        return bank
+
+    async def _neo4j_driver(self) -> GraphDriver:
+        if self._neo4j is None:
+            s = self.settings
+            driver = open_neo4j(s.neo4j_uri, s.neo4j_user, s.neo4j_password, s.neo4j_database)
+            try:   # the first round trip: a server that is down or not Neo4j fails here
+                await driver.build_indices_and_constraints()
+            except Exception as exc:
+                await driver.close()
+                # the driver's own text names the address only; ours names the URI set, never the password
+                raise StoreError(f"cannot connect to Neo4j at {s.neo4j_uri}: {type(exc).__name__}") from None
+            self._neo4j = driver
+        return self._neo4j
+
+    async def close_bank(self, bank: Bank) -> None:
+        self.banks.pop(bank.name, None)
+        if bank.provider == GraphProvider.KUZU:
+            async with bank.write_lock:
+                await asyncio.to_thread(close_kuzu, bank.driver, bank.dir)
+
+    async def close(self) -> None:
+        for bank in list(self.banks.values()):
+            await self.close_bank(bank)
+        if self._neo4j is not None:
+            await self._neo4j.close()
+            self._neo4j = None
+
+    async def maintain(self) -> bool:
+        """Reopen banks whose Kuzu memory has grown, when nothing is using them. Returns
+        whether anything was recycled. The worker calls this when idle."""
+        recycled = False
+        for bank in list(self.banks.values()):
+            if bank.unflushed and bank.active == 0 and not bank.write_lock.locked():
+                async with bank.write_lock:
+                    await self.checkpoint(bank)
+            if (bank.provider == GraphProvider.KUZU and bank.active == 0
+                    and not bank.write_lock.locked()
+                    and getattr(bank.driver, "queries", 0) > RECYCLE_AFTER_QUERIES):
+                await self.close_bank(bank)
+                recycled = True
+        return recycled
+
+    @staticmethod
+    async def run(bank: Bank, coro):
+        """Run an operation on a bank, counted as using it (maintenance leaves it open)."""
+        bank.active += 1
+        try:
+            return await coro
+        finally:
+            bank.active -= 1
+
+    # ── queries and the bank's caches ──────────────────────────────────────────────────
+    async def query(self, bank: Bank, query_name: str, /, **params) -> list[dict]:
+        records, _, _ = await bank.driver.execute_query(q(query_name, bank.provider), **params)
+        return list(records or [])
+
+    async def episodes(self, bank: Bank, uuids: list[str]) -> dict[str, dict]:
+        if not uuids:
+            return {}
+        rows = await self.query(bank, "episodes_by_uuid", uuids=list(dict.fromkeys(uuids)))
+        return {r["uuid"]: r for r in rows}
+
+    async def entity_index(self, bank: Bank) -> dict[str, tuple[str, str]]:
+        if bank.entities is None:
+            rows = await self.query(bank, "entities_all", gid=bank.slug)
+            bank.entities = {r["name"].lower(): (r["uuid"], r["name"]) for r in rows}
+        return bank.entities
+
+    @staticmethod
+    def settle_usage(bank: Bank, **counters: int) -> int:
+        u = bank.llm_usage
+        calls, tin, tout = u.calls, u.input_tokens, u.output_tokens
+        u.calls = u.input_tokens = u.output_tokens = 0
+        bank.usage.add(calls, tin, tout, **counters)
+        return calls
+
+    # ── flushing and transactions ──────────────────────────────────────────────────────
+    async def flush(self, bank: Bank) -> None:
+        """Flush before answering: Kuzu 0.11.3 can crash replaying a killed worker's log, and
+        what it cannot replay is lost (see store.py), so an answer must not depend on a replay
+        unless it says so (`flushed=False`, kept by the queue). A checkpoint blocks every
+        query of the bank: searches already under way finish first."""
+        await self.searches_under_way_finish(bank)
+        await self.checkpoint(bank)
+
+    @staticmethod
+    async def searches_under_way_finish(bank: Bank) -> None:
+        """Wait (at most READS_FIRST_S) until the bank's searches under way have finished."""
+        deadline = time.monotonic() + READS_FIRST_S
+        while bank.searching and time.monotonic() < deadline:
+            await asyncio.sleep(0.005)
+
+    @staticmethod
+    async def checkpoint(bank: Bank) -> None:
+        await store.checkpoint(bank.driver)
+        bank.unflushed = 0
+
+    @contextlib.asynccontextmanager
+    async def all_or_nothing(self, bank: Bank):
+        """Kuzu: the writes inside run as one transaction, so an error or a kill part-way leaves
+        the bank as it was. New searches wait until it ends (they would run inside it on the
+        bank's one connection, and a failing one would end it); searches under way finish first."""
+        if bank.provider != GraphProvider.KUZU or bank.in_transaction:
+            yield
+            return
+        bank.in_transaction = True
+        try:
+            await self.searches_under_way_finish(bank)
+            await bank.driver.execute_query("BEGIN TRANSACTION")
+            try:
+                yield
+            except BaseException:
+                try:
+                    await bank.driver.execute_query("ROLLBACK")
+                except Exception as exc:   # Kuzu may have rolled it back itself
+                    log.debug("bank %r: rollback: %s", bank.name, exc)
+                raise
+            await bank.driver.execute_query("COMMIT")
+        finally:
+            bank.in_transaction = False

@@ -1,0 +1,218 @@
+"""Search: graphiti's fact and entity search and the turn index, fused into one ranked list
+of memories (see fusion.py), with the conversation's time as "now" and questions about the
+past answered by the facts that were replaced."""
+from __future__ import annotations
+
+import asyncio
+import re
+from datetime import datetime, timedelta
+from typing import Any
+
+from graphiti_core.nodes import EpisodeType, EpisodicNode
+from graphiti_core.search.search_config import (
+    EdgeReranker, EdgeSearchConfig, EdgeSearchMethod, EpisodeReranker, EpisodeSearchConfig,
+    EpisodeSearchMethod, NodeReranker, NodeSearchConfig, NodeSearchMethod, SearchConfig,
+)
+from graphiti_core.search.search_filters import ComparisonOperator, DateFilter, SearchFilters
+
+from memoryplus.engine import local_extract
+from memoryplus.engine.bank_pool import Bank, BankPool
+from memoryplus.engine.episodes import COMPLETE, EpisodeMeta, ts
+from memoryplus.engine.fusion import covering, fuse
+from memoryplus.engine.turn_index import TurnIndex, split_body
+from memoryplus.wire.records import SearchResult, as_utc
+
+SUPERSEDED_FOR = 5          # a question about the past: the top current facts whose predecessors count
+NOW_SLACK = timedelta(days=1)   # see search(): the zone of a conversation's dates is unknown
+QUERY_WORD = re.compile(r"\w+", re.UNICODE)   # a word of a query (forget_ops matches by them too)
+
+
+def clean_query(text: str) -> str:
+    """Kuzu's BM25 misses tokens with punctuation attached ('dentist?'); keep words only."""
+    return " ".join(QUERY_WORD.findall(text))[:2000]
+
+
+def search_config(depth: int) -> SearchConfig:
+    """graphiti's search: facts and entities by keywords and vectors, turns by keywords."""
+    return SearchConfig(
+        edge_config=EdgeSearchConfig(search_methods=[EdgeSearchMethod.bm25,
+                                                     EdgeSearchMethod.cosine_similarity],
+                                     reranker=EdgeReranker.rrf),
+        node_config=NodeSearchConfig(search_methods=[NodeSearchMethod.bm25,
+                                                     NodeSearchMethod.cosine_similarity],
+                                     reranker=NodeReranker.rrf),
+        episode_config=EpisodeSearchConfig(search_methods=[EpisodeSearchMethod.bm25],
+                                           reranker=EpisodeReranker.rrf),
+        limit=depth)
+
+
+def search_filter(as_of: datetime | None, now: datetime | None = None) -> SearchFilters:
+    """Current facts (valid by `now`), or the facts valid at `as_of`."""
+    if as_of is None:
+        flt = SearchFilters(expired_at=[[DateFilter(comparison_operator=ComparisonOperator.is_null)]])
+        if now is not None:
+            flt.valid_at = [[DateFilter(date=as_utc(now), comparison_operator=ComparisonOperator.less_than_equal)]]
+        return flt
+    t = as_utc(as_of)
+    return SearchFilters(
+        valid_at=[[DateFilter(date=t, comparison_operator=ComparisonOperator.less_than_equal)]],
+        invalid_at=[[DateFilter(comparison_operator=ComparisonOperator.is_null)],
+                    [DateFilter(date=t, comparison_operator=ComparisonOperator.greater_than)]])
+
+
+class SearchOps:
+    def __init__(self, pool: BankPool):
+        self.pool = pool
+
+    async def search(self, bank_name: str, query: str, limit: int = 10,
+                     as_of: datetime | None = None, now: datetime | None = None) -> list[SearchResult]:
+        bank = await self.pool.existing(bank_name)
+        while bank.in_transaction:
+            await asyncio.sleep(0.005)
+        bank.searching += 1
+        try:
+            # Conversations come with dates but no zone (imports, LongMemEval): a turn up to a
+            # day "after" now may have been said before it.
+            horizon = as_utc(now) + NOW_SLACK if now is not None else None
+            return await self.pool.run(bank, self.ranked(bank, query, limit, as_of, horizon))
+        finally:
+            bank.searching -= 1
+
+    async def ranked(self, bank: Bank, query: str, limit: int, as_of: datetime | None,
+                     now: datetime | None = None) -> list[SearchResult]:
+        """The search itself, on an open bank (search() waits for its transaction first)."""
+        text = clean_query(query)
+        if not text:
+            return []
+        limit = max(1, min(int(limit), 100))
+        # "Where did Ravi live before…?": the superseded facts are the answer, so keep them
+        past = as_of is None and local_extract.asks_about_past(query)
+        # "my boss" is Tomasz: search for both (one search, not two: latency)
+        for phrase, names in await self._resolve_roles(bank, query):
+            query = re.sub(re.escape(phrase), lambda m: f"{m.group(0)} {' '.join(names)}", query,
+                           count=1, flags=re.I)
+        out = await self._search_once(bank, clean_query(query), as_of, past, limit, now)
+        return covering(out, limit)
+
+    async def _search_once(self, bank: Bank, text: str, as_of: datetime | None, past: bool,
+                           limit: int, now: datetime | None = None) -> list[SearchResult]:
+        depth = self.pool.settings.search_depth   # candidates per kind (facts, entities, turns)
+        if past:        # replaced facts too, but none that began after `now`
+            flt = SearchFilters() if now is None else SearchFilters(valid_at=[[DateFilter(
+                date=as_utc(now), comparison_operator=ComparisonOperator.less_than_equal)]])
+        else:
+            flt = search_filter(as_of, now)
+        results = await bank.graphiti.search_(text, config=search_config(depth),
+                                              group_ids=[bank.slug], search_filter=flt)
+        turns, ended = await self._turn_hits(bank, text, as_of or now, depth, past)
+        # a question about the past ranks the replaced facts by the current ones: all of those
+        out = await fuse(self.pool, bank, results, as_of or now, None if past else limit, turns, ended)
+        if past:
+            out += await self._superseded(bank, results.edges[:SUPERSEDED_FOR], out)
+        return out
+
+    async def turn_index(self, bank: Bank) -> TurnIndex:
+        """The bank's turns as an index (turn_index.py), built from the bank once per open."""
+        while bank.turns is None and bank.turns_pending is not None:
+            await asyncio.sleep(0.005)          # another search is building it
+        if bank.turns is None:
+            bank.turns_pending = []             # writes while it is read go here, then in
+            try:
+                rows = [r for r in await self.pool.query(bank, "episodes_all", gid=bank.slug)
+                        if EpisodeMeta.parse(r["name"], r["uuid"]).state == COMPLETE]
+                users = [split_body(r["content"] or "")[0] or "-" for r in rows]
+                vectors = await bank.embedder.create_batch(users) if users else []
+                index = TurnIndex(dim=len(vectors[0]) if vectors else bank.manifest.embedding_dim or 1)
+                for r, v in zip(rows, vectors):
+                    index.add(r["uuid"], r["content"] or "", ts(r["valid_at"]), v)
+                for op, args in bank.turns_pending:
+                    index.add(*args) if op == "add" else index.remove(*args)
+                bank.turns = index
+            finally:
+                bank.turns_pending = None
+        return bank.turns
+
+    async def _turn_hits(self, bank: Bank, text: str, until: datetime | None, depth: int,
+                         past: bool = False) -> tuple[list[tuple[Any, float]], dict[str, datetime]]:
+        """The turn index's best `depth` turns as (episode, score), standing in for graphiti's
+        keyword-only turn search, scored by rank as graphiti's RRF scores its single list
+        (1, 1/2, 1/3 …), so the weights between kinds keep their meaning.
+
+        Also, by episode uuid, when a turn stopped being true: every fact drawn from it was
+        replaced ("I live in Berlin" after "I live in Lisbon now"). Such a turn is no answer
+        to a question about now: it follows the turns still true (not for a question about
+        the past, where it is the answer), and its result says when it ended."""
+        index = await self.turn_index(bank)
+        if not len(index):
+            return [], {}
+        vec = await bank.embedder.create(text)
+        hits = index.search(text, vec, depth, as_utc(until) if until else None)
+        rows = await self.pool.episodes(bank, [u for u, _ in hits])
+        hits = [u for u, _ in hits if u in rows]
+        edges = list({e for u in hits for e in rows[u]["entity_edges"] or []})
+        ends: dict[str, datetime | None] = {}
+        for r in await self.pool.query(bank, "facts_by_uuid", uuids=edges) if edges else []:
+            end = ts(r["invalid_at"])
+            ends[r["uuid"]] = end if end is not None and (until is None or end <= as_utc(until)) else None
+        ended: dict[str, datetime] = {}
+        for u in hits:
+            mine = [ends.get(e) for e in rows[u]["entity_edges"] or [] if e in ends]
+            if mine and all(mine):
+                ended[u] = max(mine)
+        if not past:
+            hits.sort(key=lambda u: u in ended)      # stable: the index's order otherwise
+        return [(EpisodicNode(uuid=u, name=rows[u]["name"], group_id=bank.slug, labels=[],
+                              source=EpisodeType.message, content=rows[u]["content"] or "",
+                              source_description="", created_at=ts(rows[u]["created_at"]),
+                              valid_at=ts(rows[u]["valid_at"])), 1 / rank)
+                for rank, u in enumerate(hits, 1)], ended
+
+    async def _superseded(self, bank: Bank, edges: list, found: list[SearchResult]) -> list[SearchResult]:
+        """For a question about the past: the facts that the current facts found replaced
+        ("Ravi lives in Osaka" before "Ravi lives in Valencia"), ranked just above them."""
+        by_id = {r.id: r for r in found}
+        current = [e for e in edges if e.invalid_at is None and e.uuid in by_id]
+        if not current:
+            return []
+        ended = await self.pool.query(bank, "ended_facts_from",
+                                      sources=list({e.source_node_uuid for e in current}))
+        picked: dict[str, tuple[dict, float]] = {}
+        for edge in current:
+            for r in (r for r in ended if r["source"] == edge.source_node_uuid and r["name"] == edge.name):
+                s = by_id[edge.uuid].score * 1.1
+                if r["uuid"] in by_id:          # found already, ranked as any match: lift it
+                    by_id[r["uuid"]].score = max(by_id[r["uuid"]].score, round(s, 6))
+                elif r["uuid"] not in picked:
+                    picked[r["uuid"]] = (r, s)
+        rows = list(picked.values())
+        metas = {u: EpisodeMeta.parse(e["name"], u)
+                 for u, e in (await self.pool.episodes(
+                     bank, [u for r, _ in rows for u in r["episodes"] or []])).items()}
+        out = []
+        for r, s in rows:
+            known_eps = [metas[u] for u in reversed(r["episodes"] or []) if u in metas and metas[u].state == COMPLETE]
+            if known_eps:
+                out.append(SearchResult(id=r["uuid"], kind="fact", text=r["fact"], name=r["name"],
+                                        valid_at=ts(r["valid_at"]), invalid_at=ts(r["invalid_at"]),
+                                        tags=list(dict.fromkeys(t for m in known_eps for t in m.tags)),
+                                        sources=[m.id for m in known_eps], score=round(s, 6)))
+        return out
+
+    async def _resolve_roles(self, bank: Bank, query: str) -> list[tuple[str, list[str]]]:
+        """The people the user's own facts name for a role the query mentions ("my boss")."""
+        refs = local_extract.role_references(query)
+        if not refs:
+            return []
+        user = (await self.pool.entity_index(bank)).get("user")
+        if user is None:
+            return []
+        rows = await self.pool.query(bank, "current_facts_named", source=user[0],
+                                     relations=list({rel for _, rel in refs}))
+        out: list[tuple[str, list[str]]] = []
+        for phrase, relation in refs:
+            if any(phrase.lower().startswith(p.lower()) for p, _ in out):
+                continue          # "my little sister" resolved: not "my little" too
+            names = list(dict.fromkeys(r["target_name"] for r in rows if r["name"] == relation))[:2]
+            if names:
+                out.append((phrase, names))
+        return out
