@@ -1,4 +1,5 @@
-"""The engine's errors a user can act on (the worker sends their class names and messages)."""
+"""The engine's errors a user can act on (the worker sends their class names and messages):
+an operation's (EngineError) and a bank's database's (StoreError)."""
 from __future__ import annotations
 
 
@@ -12,3 +13,16 @@ class UnknownBankError(EngineError):
 
 class EmbeddingMismatchError(EngineError):
     pass
+
+
+class StoreError(RuntimeError):
+    """A bank cannot be opened; the message says which and what to do."""
+
+
+class BankLockedError(StoreError):
+    pass
+
+
+class WriteStoreError(StoreError):
+    """A write to a bank's database failed with an I/O error: retryable (the turn is retried)."""
+    errno = 5   # EIO

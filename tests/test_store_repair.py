@@ -2,7 +2,7 @@
 
 Real processes and real Kuzu on disk: a child process stores turns and is SIGKILLed with its
 writes still in Kuzu's write-ahead log; a second child opens the bank (which runs the repair of
-`engine/store.py`) and is SIGKILLed at a named point of that repair
+`engine/kuzu_repair.py`) and is SIGKILLed at a named point of that repair
 (MEMORYPLUS_TEST_KILL_IN_REPAIR, honoured only with MEMORYPLUS_TEST_HOOKS=1). Then the bank
 must open and answer like any other: every turn found by keyword, new turns stored, a forget
 working, no repair copy left behind.
@@ -19,7 +19,7 @@ import kuzu
 import pytest
 
 from memoryplus.wire.records import Turn
-from memoryplus.engine.store import REPAIR_BACKUP, TEST_KILL_IN_REPAIR_ENV
+from memoryplus.engine.kuzu_repair import REPAIR_BACKUP, TEST_KILL_IN_REPAIR_ENV
 
 BANK = "repair"
 N = 8

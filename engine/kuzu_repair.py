@@ -1,0 +1,435 @@
+"""Crash-safe repair of a Kuzu bank before it is opened (see repair_after_unclean_exit), and
+the files that mark a bank's state beside its database.
+
+Kuzu 0.11.3 leaves its full-text indexes inconsistent after replaying the log of a killed
+owner, can crash replaying a log a kill cut short, and an interrupted repair of an older
+version could leave indexes it can neither drop nor recreate: each is repaired here, and
+each repair survives a kill at any point (tests/test_store_repair.py kills it at each).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import kuzu
+from graphiti_core.driver.driver import GraphProvider
+from graphiti_core.graph_queries import get_fulltext_indices
+
+from memoryplus.config.paths import fsync_dir
+from memoryplus.engine.errors import StoreError
+
+log = logging.getLogger("memoryplus.store")
+
+REPAIR_BACKUP = "repair-backup"     # a copy of the bank taken before a repair touches it
+REBUILD_DIR = "rebuild"             # a bank rebuilt from an export of its damaged database
+_DONE = "complete"                  # written last: the copy in that directory is whole
+# Test only: kill this process at a named point of the repair (see _test_kill_point).
+TEST_KILL_IN_REPAIR_ENV = "MEMORYPLUS_TEST_KILL_IN_REPAIR"
+_LEFTOVER = "Please drop or rename the table"   # Kuzu: an index half-created by a killed process
+
+
+def _test_kill_point(name: str) -> None:
+    """Test hook: with MEMORYPLUS_TEST_HOOKS=1 and MEMORYPLUS_TEST_KILL_IN_REPAIR=<name> or
+    <name>:<seconds>, SIGKILL this process at that point of the repair (at once, or that many
+    seconds later from a timer thread, i.e. in the middle of the next Kuzu call). Inert
+    otherwise."""
+    if os.environ.get("MEMORYPLUS_TEST_HOOKS") != "1":
+        return
+    want, _, delay = os.environ.get(TEST_KILL_IN_REPAIR_ENV, "").partition(":")
+    if want != name:
+        return
+    import signal
+
+    def kill() -> None:
+        os.kill(os.getpid(), signal.SIGKILL)
+    if delay:
+        threading.Timer(float(delay), kill).start()
+    else:
+        kill()
+
+
+def _copy_file(src: Path, dst: Path) -> None:
+    """Copy through a temporary name, fsynced, then renamed: dst is whole or absent."""
+    import shutil
+    tmp = dst.with_name(dst.name + ".part")
+    with open(src, "rb") as fi, open(tmp, "wb") as fo:
+        shutil.copyfileobj(fi, fo, 1 << 20)
+        fo.flush()
+        os.fsync(fo.fileno())
+    os.chmod(tmp, 0o600)
+    os.replace(tmp, dst)
+
+
+def _db_files(bank_dir: Path) -> list[Path]:
+    return sorted(p for p in bank_dir.glob("graph.kuzu*") if p.is_file())
+
+
+def _remove_tree(path: Path) -> None:
+    import shutil
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _take_backup(bank_dir: Path) -> Path:
+    """Copy the database and its log to repair-backup/ before a repair opens them (opening
+    replays the log). The marker file is written last: without it the copy is not trusted."""
+    backup = bank_dir / REPAIR_BACKUP
+    _remove_tree(backup)
+    backup.mkdir(mode=0o700)
+    files = _db_files(bank_dir)
+    for i, f in enumerate(files):
+        _copy_file(f, backup / f.name)
+        if i == 0:
+            _test_kill_point("backup")
+    (backup / "files.json").write_text(json.dumps([f.name for f in files]))
+    fsync_dir(backup)
+    (backup / _DONE).write_text(str(time.time()))
+    fsync_dir(backup)
+    return backup
+
+
+def _copy_backup_into(backup: Path, names: list[str], dest: Path, *, with_log: bool = True) -> None:
+    """`dest` holds the backup's database files (`names`), and no other (e.g. a .shadow file
+    of an interrupted checkpoint); without `with_log`, the write-ahead log is left alone."""
+    for f in _db_files(dest):
+        if f.name not in names and (with_log or f.name != "graph.kuzu.wal"):
+            f.unlink()
+    for name in names:
+        if with_log or name != "graph.kuzu.wal":
+            _copy_file(backup / name, dest / name)
+
+
+def _restore_backup(bank_dir: Path, bank_name: str) -> bool:
+    """An interrupted repair: put the bank back as it was before it (idempotent, so a kill
+    during the restore is finished by the next open). Returns whether it restored."""
+    backup = bank_dir / REPAIR_BACKUP
+    if not backup.is_dir():
+        return False
+    if not (backup / _DONE).exists():     # the copy itself was interrupted: the bank is intact
+        _remove_tree(backup)
+        return False
+    names = json.loads((backup / "files.json").read_text())
+    _copy_backup_into(backup, names, bank_dir)
+    fsync_dir(bank_dir)
+    log.warning("bank %r: a repair after an unclean exit was interrupted; restored the copy "
+                "taken before it and repairing again", bank_name)
+    return True
+
+
+def _drop_backup(backup: Path) -> None:
+    try:
+        (backup / _DONE).unlink()         # first: from here on the copy is never restored
+    except FileNotFoundError:
+        pass
+    fsync_dir(backup)
+    _remove_tree(backup)
+
+
+def _finish_rebuild(bank_dir: Path, bank_name: str) -> None:
+    """Swap in a rebuilt database whose build finished; drop an unfinished build."""
+    rebuild = bank_dir / REBUILD_DIR
+    if not rebuild.is_dir():
+        return
+    if (rebuild / _DONE).exists():
+        for f in _db_files(bank_dir):
+            if f.name != "graph.kuzu":
+                f.unlink()
+        if (rebuild / "graph.kuzu").exists():
+            os.replace(rebuild / "graph.kuzu", bank_dir / "graph.kuzu")
+            fsync_dir(bank_dir)
+            log.warning("bank %r: rebuilt from an export of its damaged database", bank_name)
+    _remove_tree(rebuild)
+
+
+def _fulltext_indexes() -> list[tuple[str, str, str]]:
+    """(table, index, create statement) of graphiti's full-text indexes: constant names."""
+    out = []
+    for create in get_fulltext_indices(GraphProvider.KUZU):
+        m = re.search(r"CREATE_FTS_INDEX\(\s*'(\w+)'\s*,\s*'(\w+)'", create)
+        if m is not None:
+            out.append((m.group(1), m.group(2), create))
+    return out
+
+
+class _Damaged(Exception):
+    """The database opens but one of its indexes cannot be rebuilt in place."""
+
+
+def repair_after_unclean_exit(bank_dir: Path, bank_name: str, buffer_pool_mb: int,
+                              owner_pid: int | None) -> None:
+    """Make a bank consistent before it is opened; safe against a kill at any point.
+    `owner_pid`: the live process owner.json names (store.py), if any.
+
+    1. Rebuild the full-text indexes of a bank whose last owner died with writes not yet
+       checkpointed (kill -9, out of memory, power loss). Kuzu 0.11.3 replays the write-ahead
+       log on the next open but leaves its FTS indexes inconsistent: keyword search misses
+       episodes, and deleting an Episodic node crashes the process with a segmentation
+       fault. Dropping and recreating the indexes after the replay fixes both. The marker: a
+       non-empty WAL while the owner recorded in owner.json is gone.
+    2. That repair is itself crash-safe: the database and its log are copied to
+       `repair-backup/` first; a process killed while the indexes are dropped or half
+       created (which left Kuzu with index tables it can neither drop nor recreate, or
+       `Cannot find table catalog entry`) leaves the copy, and the next open restores it and
+       repairs again. The copy is deleted only after the checkpoint.
+    3. A bank damaged that way by an older version (an index missing and impossible to
+       create) is rebuilt: exported with Kuzu's EXPORT DATABASE, imported into a fresh
+       database, indexes created, then swapped in (also crash-safe: rebuild/ is used only
+       once complete).
+    """
+    _finish_rebuild(bank_dir, bank_name)
+    _check_files(bank_dir, bank_name)
+    if not (bank_dir / "graph.kuzu").exists():
+        _remove_tree(bank_dir / REPAIR_BACKUP)
+        return                                     # a new bank
+    if owner_pid not in (None, os.getpid()):
+        return  # a live process holds it: its files are not ours to judge
+    restored = _restore_backup(bank_dir, bank_name)
+    wal = bank_dir / "graph.kuzu.wal"
+    try:
+        unclean = restored or (wal.exists() and wal.stat().st_size > 0)
+    except OSError:
+        unclean = False
+    if not unclean and (bank_dir / INDEXES_CHECKED).exists():
+        return          # a clean bank whose indexes were checked once: nothing to do
+    t0 = time.monotonic()
+    backup = _take_backup(bank_dir) if unclean else None
+    if backup is not None:
+        _replay_log_safely(bank_dir, bank_name, buffer_pool_mb, backup)
+    try:
+        _check_and_repair(bank_dir, bank_name, buffer_pool_mb, rebuild_indexes=unclean)
+    except _Damaged as exc:
+        _rebuild(bank_dir, bank_name, buffer_pool_mb, str(exc))   # StoreError: keep the copy
+    except RuntimeError as exc:
+        text = str(exc)
+        if _is_lock_error(text):
+            if backup is not None:
+                _drop_backup(backup)    # nothing was changed: the files are the copy
+            return                      # open_kuzu reports the lock properly
+        _rebuild(bank_dir, bank_name, buffer_pool_mb, f"it fails with: {text.splitlines()[0][:200]}")
+    try:
+        (bank_dir / INDEXES_CHECKED).write_text("")
+    except OSError:
+        pass
+    if backup is not None:
+        _test_kill_point("before_backup_removed")
+        _drop_backup(backup)
+        log.warning("bank %r: rebuilt its full-text indexes after an unclean exit (%.2f s)",
+                    bank_name, time.monotonic() - t0)
+
+
+CREATED_MARKER = "kuzu-created"   # written once the bank's database exists
+# Written once a clean bank's full-text indexes were found whole (banks an interrupted repair
+# of an older version damaged are found and rebuilt on their first open); the check then runs
+# only after an unclean exit.
+INDEXES_CHECKED = "indexes-checked"
+
+
+def damaged(bank_name: str, bank_dir: Path, what: str) -> StoreError:
+    return StoreError(
+        f"bank {bank_name!r} cannot be opened: its database at {bank_dir} {what}. Its memories "
+        f"cannot be read; to go on, move that directory away or clear the bank (\"Clear bank…\" "
+        f"in the memory browser), and it starts empty; then import an export of the bank if you "
+        f"have one (`memoryplus import`)")
+
+
+def _check_files(bank_dir: Path, bank_name: str) -> None:
+    """Refuse, with a clear message, a bank whose database file is gone or emptied: Kuzu would
+    silently start an empty database there (and drop a log without its database)."""
+    if (bank_dir / REPAIR_BACKUP / _DONE).exists():
+        return                                     # the copy is restored below
+    db, wal = bank_dir / "graph.kuzu", bank_dir / "graph.kuzu.wal"
+    try:
+        size = db.stat().st_size if db.exists() else None
+        wal_size = wal.stat().st_size if wal.exists() else 0
+    except OSError as exc:
+        raise damaged(bank_name, bank_dir, f"cannot be read ({exc.strerror or exc})") from None
+    if size is None and wal_size:
+        raise damaged(bank_name, bank_dir, "has lost its file graph.kuzu (its write-ahead log is "
+                                            "still there)")
+    if (bank_dir / CREATED_MARKER).exists() and not size:
+        raise damaged(bank_name, bank_dir, "has lost its file graph.kuzu" if size is None
+                       else "has an empty file graph.kuzu (truncated)")
+
+
+UNREPLAYABLE_WAL = "unreplayable-wal"   # a log that crashed Kuzu's replay, kept for inspection
+_REPLAY = ("import sys, kuzu\n"
+           "db = kuzu.Database(sys.argv[1], buffer_pool_size=int(sys.argv[2]))\n"
+           "conn = kuzu.Connection(db)\n"
+           "conn.execute('CHECKPOINT')\n"
+           "conn.close()\n"
+           "db.close()\n")
+
+
+def _replay_child(db_file: Path, buffer_pool_mb: int, *, crash: bool = False) -> int:
+    """Open (replaying its log) and checkpoint a database in a child process; its exit code
+    (negative: killed by that signal, i.e. Kuzu crashed)."""
+    import sys
+    env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "LC_ALL", "PYTHONPATH",
+                                                       "VIRTUAL_ENV", "LD_LIBRARY_PATH")}
+    code = "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)\n" if crash else _REPLAY
+    proc = subprocess.run([sys.executable, "-c", code, str(db_file), str(buffer_pool_mb * 1024 * 1024)],
+                          env=env, capture_output=True, timeout=1800)
+    return proc.returncode
+
+
+def _replay_log_safely(bank_dir: Path, bank_name: str, buffer_pool_mb: int, backup: Path) -> None:
+    """Replay the write-ahead log of a killed owner in a child process first.
+
+    Kuzu 0.11.3 can crash the whole process (SIGSEGV, SIGABRT) replaying a log whose last
+    record a kill cut short; in the worker that is a crash loop, and the crash-loop breaker
+    then stops storing for every bank. When the child crashes, the longest beginning of the
+    log that replays cleanly is found by bisection (on copies, in replay-probe/) and replayed:
+    every write that finished before the kill is kept, only the one in progress is dropped
+    (it was never reported done, so the ingestion spool redoes it). The whole log is kept
+    aside (unreplayable-wal-<time>) for inspection.
+    """
+    crash = (os.environ.get("MEMORYPLUS_TEST_HOOKS") == "1"
+             and os.environ.get(TEST_KILL_IN_REPAIR_ENV) == "replay_crashes")   # test: a poisoned log
+    try:
+        rc = _replay_child(bank_dir / "graph.kuzu", buffer_pool_mb, crash=crash)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        log.warning("bank %r: could not replay its log in a child process (%s); replaying here",
+                    bank_name, exc)
+        return
+    if rc >= 0:
+        return          # replayed (or an error the in-process open reports properly)
+    t0 = time.monotonic()
+    names = json.loads((backup / "files.json").read_text())
+    wal_bytes = (backup / "graph.kuzu.wal").read_bytes() if "graph.kuzu.wal" in names else b""
+    probe = bank_dir / "replay-probe"
+
+    def replays(length: int) -> bool:
+        _remove_tree(probe)
+        probe.mkdir(mode=0o700)
+        _copy_backup_into(backup, names, probe, with_log=False)
+        (probe / "graph.kuzu.wal").write_bytes(wal_bytes[:length])
+        return _replay_child(probe / "graph.kuzu", buffer_pool_mb,
+                             crash=crash and length == len(wal_bytes)) == 0
+
+    good, bad, probes = 0, len(wal_bytes), 0          # an empty log always replays
+    while bad - good > 1 and probes < 40:
+        mid = (good + bad) // 2
+        probes += 1
+        if replays(mid):
+            good = mid
+        else:
+            bad = mid
+    _remove_tree(probe)
+    # The bank: the copy's database with the good part of the log, replayed here by the child.
+    _copy_backup_into(backup, names, bank_dir, with_log=False)
+    aside = bank_dir / f"{UNREPLAYABLE_WAL}-{int(time.time())}"
+    if wal_bytes:
+        _copy_file(backup / "graph.kuzu.wal", aside)
+    wal = bank_dir / "graph.kuzu.wal"
+    tmp = wal.with_name(wal.name + ".part")
+    tmp.write_bytes(wal_bytes[:good])
+    os.replace(tmp, wal)
+    fsync_dir(bank_dir)
+    if good and _replay_child(bank_dir / "graph.kuzu", buffer_pool_mb) != 0:
+        wal.unlink(missing_ok=True)
+        good = 0
+    log.error("bank %r: Kuzu crashed replaying the log its last owner left when it was killed; "
+              "replayed the first %d of its %d bytes (%d probes, %.1f s), the write in progress at "
+              "the kill is dropped (redone from the ingestion spool); the whole log is kept in %s",
+              bank_name, good, len(wal_bytes), probes, time.monotonic() - t0, aside.name)
+
+
+def _is_lock_error(text: str) -> bool:
+    return "could not set lock" in text.lower()
+
+
+def _check_and_repair(bank_dir: Path, bank_name: str, buffer_pool_mb: int, *,
+                      rebuild_indexes: bool) -> None:
+    db = kuzu.Database(str(bank_dir / "graph.kuzu"), buffer_pool_size=buffer_pool_mb * 1024 * 1024)
+    conn = kuzu.Connection(db)
+    try:
+        tables = {r[0] for r in conn.execute("CALL SHOW_TABLES() RETURN name").get_all()}
+        have = {(r[0], r[1]) for r in
+                conn.execute("CALL SHOW_INDEXES() RETURN table_name, index_name").get_all()}
+        for table, index, create in _fulltext_indexes():
+            if table not in tables:
+                continue                           # graphiti creates the schema and indexes
+            if rebuild_indexes and (table, index) in have:
+                # names come from graphiti's constant list, never from user input
+                conn.execute(f"CALL DROP_FTS_INDEX('{table}', '{index}')")
+                _test_kill_point("after_drop")
+            elif (table, index) in have:
+                continue
+            _test_kill_point("create")
+            try:
+                conn.execute(create)
+            except RuntimeError as exc:
+                if _LEFTOVER in str(exc):
+                    raise _Damaged(f"index {index} of {table} cannot be recreated in place") from None
+                log.warning("bank %r: recreating %s failed: %s", bank_name, index, exc)
+        # A query through each index: an index whose catalog entry points at a dropped table
+        # (Kuzu: "Cannot find table catalog entry with id ...") fails here, not when listed.
+        for table, index, _create in _fulltext_indexes():
+            if table not in tables:
+                continue
+            try:
+                conn.execute(f"CALL QUERY_FTS_INDEX('{table}', '{index}', 'memoryplus') "
+                             f"RETURN node LIMIT 1")
+            except RuntimeError as exc:
+                raise _Damaged(f"index {index} of {table} fails: "
+                               f"{str(exc).splitlines()[0][:200]}") from None
+        _test_kill_point("before_checkpoint")
+        conn.execute("CHECKPOINT")
+    finally:
+        conn.close()
+        db.close()
+
+
+def _rebuild(bank_dir: Path, bank_name: str, buffer_pool_mb: int, why: str) -> None:
+    """Export the damaged database and import it into a fresh one with every index."""
+    t0 = time.monotonic()
+    rebuild = bank_dir / REBUILD_DIR
+    _remove_tree(rebuild)
+    rebuild.mkdir(mode=0o700)
+    export = rebuild / "export"
+    pool = buffer_pool_mb * 1024 * 1024
+    try:
+        db = kuzu.Database(str(bank_dir / "graph.kuzu"), buffer_pool_size=pool)
+        conn = kuzu.Connection(db)
+        try:   # the path is ours (the bank's directory), passed as a quoted literal
+            conn.execute(f"EXPORT DATABASE '{_cypher_path(export)}' (format='parquet')")
+        finally:
+            conn.close()
+            db.close()
+        (export / "index.cypher").write_text("")   # the indexes are created below, cleanly
+        db = kuzu.Database(str(rebuild / "graph.kuzu"), buffer_pool_size=pool)
+        conn = kuzu.Connection(db)
+        try:
+            conn.execute(f"IMPORT DATABASE '{_cypher_path(export)}'")
+            tables = {r[0] for r in conn.execute("CALL SHOW_TABLES() RETURN name").get_all()}
+            for table, _index, create in _fulltext_indexes():
+                if table in tables:
+                    conn.execute(create)
+            conn.execute("CHECKPOINT")
+        finally:
+            conn.close()
+            db.close()
+    except RuntimeError as exc:
+        _remove_tree(rebuild)
+        raise damaged(bank_name, bank_dir, f"is damaged ({why[:300]}) and could not be rebuilt "
+                                            f"({str(exc).splitlines()[0][:200]})") from None
+    _remove_tree(export)
+    fsync_dir(rebuild)
+    (rebuild / _DONE).write_text(str(time.time()))
+    fsync_dir(rebuild)
+    _test_kill_point("rebuild_ready")
+    _finish_rebuild(bank_dir, bank_name)
+    log.warning("bank %r: %s; rebuilt it from an export of its data (%.2f s)", bank_name, why,
+                time.monotonic() - t0)
+
+
+def _cypher_path(path: Path) -> str:
+    text = str(path)
+    if "'" in text or "\\" in text:
+        raise StoreError(f"cannot rebuild a bank under a path with quotes or backslashes: {text}")
+    return text
