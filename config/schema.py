@@ -12,8 +12,8 @@ works as ever: PEP 562 module `__getattr__`).
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from dataclasses import KW_ONLY, dataclass
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 if TYPE_CHECKING:
     from pydantic import BaseModel as Settings   # the model built by _model()
@@ -28,24 +28,27 @@ TABS: dict[str, str] = {
     "advanced": "Advanced",
 }
 
-MEMORY_MODES = (
-    "Identity", "Assistant", "Chatbot", "Productivity", "Research",
-    "Discourse", "ResolveEntities", "MemoryGate", "CustomPrompt",
-)
+# The nine memory modes, declared here once (engine/modes.py gives each its ontology, in this order).
 MemoryMode = Literal[
     "Identity", "Assistant", "Chatbot", "Productivity", "Research",
     "Discourse", "ResolveEntities", "MemoryGate", "CustomPrompt",
 ]
+MEMORY_MODES: tuple[str, ...] = get_args(MemoryMode)
 
 
 @dataclass(frozen=True)
 class Opt:
-    """One option's declaration: its default and what the settings page and the docs need."""
+    """One option's declaration: its default and what the settings page and the docs need.
+
+    `kind` is PyGPT's widget type (text, textarea, int, float, bool, combo); it is derived
+    from the default when not given. `issue` names the issue that implements the option.
+    """
     default: Any
+    _: KW_ONLY
     tab: str
     label: str
     description: str
-    kind: str
+    kind: str = ""
     ge: float | None = None
     le: float | None = None
     step: float | None = None
@@ -54,19 +57,16 @@ class Opt:
     issue: int = 2
     advanced: bool = False
 
+    def __post_init__(self) -> None:
+        if not self.kind:
+            kind = {bool: "bool", int: "int", float: "float", str: "text"}[type(self.default)]
+            object.__setattr__(self, "kind", kind)
 
-def opt(default: Any, *, tab: str, label: str, description: str, kind: str | None = None,
-        ge: float | None = None, le: float | None = None, step: float | None = None,
-        secret: bool = False, use: str | None = None, issue: int = 2, advanced: bool = False) -> Any:
-    """An option's declaration (see `Opt`), turned into a pydantic Field by `_model()`.
 
-    `kind` is PyGPT's widget type (text, textarea, int, float, bool, combo); it is derived
-    from the default when not given. `issue` names the issue that implements the option.
-    """
-    if kind is None:
-        kind = {bool: "bool", int: "int", float: "float", str: "text"}[type(default)]
-    return Opt(default, tab=tab, label=label, description=description, kind=kind, ge=ge, le=le,
-               step=step, secret=secret, use=use, issue=issue, advanced=advanced)
+def opt(default: Any, **declaration: Any) -> Any:
+    """An option's declaration (`Opt`), turned into a pydantic Field by `_model()`; typed Any so
+    that the class body below reads as the options' types."""
+    return Opt(default, **declaration)
 
 
 class Options:
@@ -265,23 +265,12 @@ class Options:
         "executable. Set: that interpreter, which must have graphiti-core and kuzu itself."))
 
 
-@dataclass(frozen=True)
-class OptionInfo:
-    """What PyGPT's settings page and the docs need to know of one option."""
+@dataclass(frozen=True, kw_only=True)
+class OptionInfo(Opt):
+    """What PyGPT's settings page and the docs need to know of one option: its declaration,
+    its id and, for a combo, its choices."""
     id: str
-    kind: str
-    default: Any
-    tab: str
-    label: str
-    description: str
-    secret: bool
-    issue: int
-    advanced: bool
-    ge: float | None = None
-    le: float | None = None
-    step: float | None = None
     choices: tuple[str, ...] = ()
-    use: str | None = None
 
 
 _lock = threading.Lock()
@@ -307,11 +296,8 @@ def options() -> list[OptionInfo]:
         out = []
         for name, annotation, o in _declarations():
             choices = tuple(getattr(annotation, "__args__", ()) or ())
-            out.append(OptionInfo(
-                id=name, kind=o.kind, default=o.default, tab=o.tab, label=o.label,
-                description=o.description or "", secret=o.secret, issue=o.issue,
-                advanced=o.advanced, ge=o.ge, le=o.le, step=o.step,
-                choices=choices if o.kind == "combo" else (), use=o.use))
+            out.append(OptionInfo(**{**vars(o), "description": o.description or ""}, id=name,
+                                  choices=choices if o.kind == "combo" else ()))
         _infos = tuple(out)
     return list(_infos)
 

@@ -23,14 +23,14 @@ from functools import lru_cache
 
 from pydantic import BaseModel
 
-from ..config.schema import MEMORY_MODES
+from ..config.schema import MEMORY_MODES, defaults, option
 from .insights import EMOTION_NAMES, TOPIC_NAMES
 
 # graphiti's own node labels and edge names: a custom type must not take one of them.
 RESERVED_TYPE_NAMES = frozenset({"Entity", "Episodic", "Community", "Saga"})
 RESERVED_EDGE_NAMES = frozenset({"RELATES_TO", "MENTIONS", "HAS_MEMBER", "HAS_EPISODE",
                                  "NEXT_EPISODE"})
-SENSITIVITIES = ("Low", "Medium", "High")
+SENSITIVITIES: tuple[str, ...] = option("emotion_sensitivity").choices   # declared in the schema
 
 
 @dataclass(frozen=True)
@@ -422,19 +422,14 @@ _CUSTOM_DEFAULT = (
     "and the facts that connect them. Set your own instructions in Settings > Advanced > "
     "Custom Analysis Prompt.")
 
-_MODES: dict[str, _Mode] = {
-    "Identity": _IDENTITY,
-    "Assistant": _ASSISTANT,
-    "Chatbot": _CHATBOT,
-    "Productivity": _PRODUCTIVITY,
-    "Research": _RESEARCH,
-    "Discourse": _DISCOURSE,
-    "ResolveEntities": _RESOLVE,
-    "MemoryGate": _MEMORY_GATE,
-    "CustomPrompt": _Mode(entities=_CHATBOT.entities, edges=_CHATBOT.edges,
-                          instructions=_CUSTOM_DEFAULT),
-}
-assert tuple(_MODES) == tuple(MEMORY_MODES), "modes out of sync with config.schema.MEMORY_MODES"
+# The names are declared once, in config.schema (MemoryMode); the ontologies are in that order,
+# and each one's instructions begin with its name, which the check below holds them to.
+_MODES: dict[str, _Mode] = dict(zip(MEMORY_MODES, (
+    _IDENTITY, _ASSISTANT, _CHATBOT, _PRODUCTIVITY, _RESEARCH, _DISCOURSE, _RESOLVE, _MEMORY_GATE,
+    _Mode(entities=_CHATBOT.entities, edges=_CHATBOT.edges, instructions=_CUSTOM_DEFAULT),
+), strict=True))
+assert all(m.instructions.startswith(f"Memory mode {name}") for name, m in _MODES.items()), \
+    "the modes' ontologies are out of the order of config.schema.MemoryMode"
 
 MAX_CUSTOM_PROMPT_CHARS = 8000
 
@@ -480,13 +475,19 @@ def _tagging_instructions(emotions: bool, topics: bool) -> str:
     return " ".join(parts)
 
 
-def mode_spec(mode: str, custom_prompt: str = "", *, emotion_tagging: bool = True,
-              topic_tagging: bool = True, emotion_sensitivity: str = "Medium") -> ModeSpec:
+def mode_spec(mode: str, custom_prompt: str = "", *, emotion_tagging: bool | None = None,
+              topic_tagging: bool | None = None, emotion_sensitivity: str | None = None) -> ModeSpec:
     """The ontology and instructions graphiti uses for `mode` (one of config.schema.MEMORY_MODES).
 
-    `custom_prompt` is used only in CustomPrompt mode. Raises ValueError for an unknown mode
-    or sensitivity (names are matched case-insensitively).
+    `custom_prompt` is used only in CustomPrompt mode; a tagging option not given has its
+    default (config.schema). Raises ValueError for an unknown mode or sensitivity (names are
+    matched case-insensitively).
     """
+    if None in (emotion_tagging, topic_tagging, emotion_sensitivity):
+        d = defaults()
+        emotion_tagging = d["emotion_tagging"] if emotion_tagging is None else emotion_tagging
+        topic_tagging = d["topic_tagging"] if topic_tagging is None else topic_tagging
+        emotion_sensitivity = d["emotion_sensitivity"] if emotion_sensitivity is None else emotion_sensitivity
     name = _canonical(mode, tuple(_MODES), "memory mode")
     sensitivity = _canonical(emotion_sensitivity, SENSITIVITIES, "emotion sensitivity")
     spec = _MODES[name]
