@@ -22,6 +22,8 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
+from memoryplus.common.text import LEXICON_TOKEN
+
 MAX_CHARS = 200_000        # longer text is analysed up to here
 MAX_EMOTIONS = 3
 MAX_TOPICS = 3
@@ -328,7 +330,6 @@ _INTENSIFIERS = frozenset({
 _CLAUSE_BREAK = frozenset({".", ",", ";", ":", "!", "?", "…", "but", "though", "although",
                            "however", "yet", "-", "—", "–", "(", ")"})
 
-_TOKEN = re.compile(r"[^\W_](?:[\w'’\-]*[^\W_])?[+#]*|[^\w\s]")
 _EMOTICON = re.compile(r"(?<!\S)(?::-?[)(\]\[DPp/|]|:'\(|;-?\)|=[)(]|<3|[xX]D)(?!\S)")
 _ROLE = re.compile(r"^\s*(user|assistant|human|ai|bot|system)\s*:\s?", re.IGNORECASE)
 _LEVELS = {"strong": 0, "clear": 1, "mild": 2}
@@ -347,7 +348,7 @@ def _norm(tok: str) -> str:
 
 
 def _tokenize(text: str) -> list[str]:
-    return _TOKEN.findall(text)
+    return LEXICON_TOKEN.findall(text)
 
 
 def _build(entries: dict[str, list[tuple[str, object]]]) -> tuple[dict, dict]:

@@ -45,7 +45,7 @@ from graphiti_core.utils.bulk_utils import add_nodes_and_edges_bulk
 from memoryplus.config.schema import Settings
 from memoryplus.engine import insights as insight_rules
 from memoryplus.engine import llm_savings
-from memoryplus.engine import local_extract
+from memoryplus.engine import extract as local_extract
 from memoryplus.common import redact
 from memoryplus.wire.banks import BankDirectory, BankManifest, check_name, episode_uuid, slug
 from memoryplus.common.isodates import parse_iso

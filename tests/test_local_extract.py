@@ -6,7 +6,7 @@ import time
 import pytest
 
 from memoryplus.config.schema import MEMORY_MODES
-from memoryplus.engine.local_extract import (
+from memoryplus.engine.extract import (
     LocalEntity,
     LocalExtraction,
     LocalFact,
