@@ -580,3 +580,20 @@ def test_a_role_named_at_the_end_of_a_clause_is_no_fact_and_no_crash(text):
     for spec in (IDENTITY, CHATBOT, PRODUCTIVITY):
         found = extract(text, spec)
         assert not any(f.object in ("called", "named", "") for f in found.facts)
+
+
+# ── issue 18, behaviour 6: tags per fact, not per turn ─────────────────────────────────
+def test_each_fact_has_the_tags_of_its_own_sentence():
+    """The turn's emotion (sad, in its first sentence) is not copied onto the fact about the
+    cat, and a verb "book" tags nothing as books."""
+    tagged = mode_spec("Chatbot")
+    result = extract("User: I'm so sad today, my grandmother is in hospital. "
+                     "My cat Pistachio only eats salmon. "
+                     "I need to book a check-up with my dentist.\nAssistant: Sorry to hear that.",
+                     tagged)
+    by_relation = {f.relation: f.tags for f in result.facts}
+    assert "emotion:sad" not in by_relation["HAS_CAT"], by_relation
+    assert "topic:pets" in by_relation["HAS_CAT"], by_relation
+    assert not any("books" in t for t in by_relation["HAS_TASK"]), by_relation
+    # the turn still has its emotion (as an Emotion entity)
+    assert ("sad", "Emotion") in {(e.name, e.type) for e in result.entities}

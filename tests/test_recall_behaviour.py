@@ -71,3 +71,18 @@ async def test_a_replaced_fact_is_not_shown_as_current(engine):
     # asked about the past, the Berlin turn is the answer
     before = await engine.search(BANK, "Where did I live before Lisbon?", limit=5)
     assert any("Berlin" in r.text for r in before[:3])
+
+
+async def test_tags_say_what_the_text_is_about(engine):
+    """'[TOPIC: books]' on "book a check-up", '[EMOTION: sad]' on a cat's upset stomach
+    (issue 18, behaviour 6)."""
+    await engine.ingest(BANK, [
+        turn(1, "I need to book a check-up with my dentist."),
+        turn(2, "My cat Pistachio gets an upset stomach from her new food.", days=1),
+        turn(3, "I just finished a great book by Ursula Le Guin.", days=2),
+    ])
+    tags = {r.sources[0]: r.tags for r in await engine.search(BANK, "check-up cat book", limit=10)
+            if r.kind == "episode"}
+    assert "topic:books" not in tags["1"], tags
+    assert "emotion:sad" not in tags["2"], tags
+    assert "topic:books" in tags["3"], tags       # the noun still is

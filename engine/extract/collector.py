@@ -3,7 +3,7 @@ mode's cue words, facts keyed by (subject, relation, object)."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable
 
 from memoryplus.engine.modes import ModeSpec
@@ -28,12 +28,16 @@ class LocalFact:
     object: str
     fact: str
     functional: bool     # a new object for (subject, relation) replaces the old one
+    # the emotion/topic tags of the sentence it was said in ("emotion:sad", "topic:books"):
+    # a turn's other sentences do not tag it
+    tags: list[str] = field(default_factory=list)
 
 
 @dataclass
 class LocalExtraction:
     entities: list[LocalEntity]
     facts: list[LocalFact]
+
 
 # ── The extraction state ─────────────────────────────────────────────────────────────────
 
@@ -43,6 +47,8 @@ class _Collector:
         self.entities: dict[str, LocalEntity] = {}
         self.scores: dict[str, int] = {}
         self.facts: dict[tuple[str, str, str], LocalFact] = {}
+        self.said_in: tuple[str, str] = ("User", "")    # (speaker, sentence) being read
+        self.origin: dict[tuple[str, str, str], tuple[str, str]] = {}
         self.cue_index: list[tuple[str, frozenset[str]]] = [
             (t, frozenset(c)) for t, c in spec.cues.items() if t not in ("Emotion", "Topic")]
 
@@ -98,6 +104,7 @@ class _Collector:
         key = (_lower(subject), relation, _lower(obj))
         self.facts.pop(key, None)
         self.facts[key] = LocalFact(subject, relation, obj, sentence, functional)
+        self.origin[key] = self.said_in
         if subject in ("User", "Assistant"):
             self.entity(subject, hints=("person",))
         else:

@@ -73,6 +73,7 @@ def _extract_blocks(blocks: list[tuple[str, str]], spec: ModeSpec) -> LocalExtra
                 if not toks:
                     continue
                 lows = [_lower(t) for t in toks]
+                col.said_in = (speaker, sentence)
                 _mention_names(toks, lows, col, lowercase_words)
                 question = sentence.rstrip().endswith("?")
                 spans = _clauses(toks, lows)
@@ -98,4 +99,20 @@ def _extract_blocks(blocks: list[tuple[str, str]], spec: ModeSpec) -> LocalExtra
             col.entities.setdefault("emotion:" + emotion, LocalEntity(emotion, "Emotion"))
         for topic in tags.topics:
             col.entities.setdefault("topic:" + topic, LocalEntity(topic, "Topic"))
+        _tag_facts(col, spec)
     return col.result()
+
+
+def _tag_facts(col: _Collector, spec: ModeSpec) -> None:
+    """Each fact gets the tags of its own sentence: emotions only from the user's sentences
+    (the assistant's "happy to help" is not the user's mood), topics from either."""
+    emotions, topics = "Emotion" in spec.entity_types, "Topic" in spec.entity_types
+    found: dict[tuple[str, str], list[str]] = {}
+    for key, fact in col.facts.items():
+        speaker, sentence = where = col.origin[key]
+        if where not in found:
+            tags = analyze(sentence, emotions=emotions and speaker == "User",
+                           sensitivity=spec.emotion_sensitivity, topics=topics)
+            found[where] = ([f"emotion:{e}" for e in tags.emotions]
+                            + [f"topic:{t}" for t in tags.topics])
+        fact.tags = list(found[where])
