@@ -207,6 +207,9 @@ _VERBS: dict[str, tuple[str, str, str, str]] = {
     "begin": ("begins", "beginning", "began", "begun"),
     "be": ("is", "being", "was", "been"),
     "prepare": ("prepares", "preparing", "prepared", "prepared"),
+    "quit": ("quits", "quitting", "quit", "quit"),
+    "become": ("becomes", "becoming", "became", "become"),
+    "buy": ("buys", "buying", "bought", "bought"),
 }
 _EXTRA_FORMS = {"traveling": ("travel", "ing"), "traveled": ("travel", "past"),
                 "learnt": ("learn", "past"), "am": ("be", "base"), "are": ("be", "base"),

@@ -10,6 +10,7 @@ from memoryplus.engine.modes import ModeSpec
 from .clauses import _Clause, _clauses, _strip_discourse
 from .collector import LocalEntity, LocalExtraction, _Collector
 from .lexicons import _QUESTION_START
+from .personal import recommendations
 from .phrases import _mention_names
 from .rules import _appositives, _task, _try_due, _try_instruction, _try_role
 from .text import _bounded_blocks, _lower, _normalize
@@ -74,6 +75,7 @@ def _extract_blocks(blocks: list[tuple[str, str]], spec: ModeSpec) -> LocalExtra
                     continue
                 lows = [_lower(t) for t in toks]
                 col.said_in = (speaker, sentence)
+                recommendations(speaker, sentence, col)
                 _mention_names(toks, lows, col, lowercase_words)
                 question = sentence.rstrip().endswith("?")
                 spans = _clauses(toks, lows)

@@ -239,8 +239,8 @@ def _task(cl: _Clause, subject: str, i: int, relation: str) -> bool:
     if len(words) == 1 and verb in _LIGHT_VERBS:
         return False
     phrase = " ".join(words)
-    verb_text = "needs to" if relation == "HAS_TASK" else "wants to"
-    hints = ("task",) if relation == "HAS_TASK" else ("goal",)
+    verb_text = {"HAS_TASK": "needs to", "HAS_GOAL": "wants to", "HAS_PLAN": "plans to"}[relation]
+    hints = {"HAS_TASK": ("task",), "HAS_GOAL": ("goal",), "HAS_PLAN": ("plan", "goal")}[relation]
     cl.col.fact(subject, relation, phrase, f"{subject} {verb_text} {phrase}", False,
                 subject_hints=_PERSON, object_hints=hints, phrase_object=True)
     if date and relation == "HAS_TASK":

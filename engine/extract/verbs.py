@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from . import personal
 from .clauses import _Clause
 from .dates import _parse_date
 from .lexicons import (
@@ -190,6 +191,7 @@ def _apply_rules(cl: _Clause, subject: str, first: bool, i: int) -> bool:
             if 0 < int(age) < 130:
                 cl.col.fact(subject, "HAS_AGE", age, f"{subject} is {age} years old", True,
                             subject_hints=subj_hints, object_hints=("age", "trait"))
+        personal.birthday(cl, subject, j + 2)
         return True
     if lemma in ("start", "get", "land", "accept", "take") and not negated and \
             (form in ("past", "base", "3sg") and not [a for a in aux if a in _MODALS]
@@ -206,6 +208,18 @@ def _apply_rules(cl: _Clause, subject: str, first: bool, i: int) -> bool:
                 cl.col.fact(subject, "WORKS_AT", org[0], f"{subject} works at {org[0]}", True,
                             subject_hints=subj_hints, object_hints=_ORG)
                 return True
+    modal = [a for a in aux if a in _MODALS]
+    if not modal and lemma in ("join", "quit") and \
+            personal.job_change(cl, subject, j, lemma, form, negated):
+        return True
+    if not modal and lemma in ("go", "become", "turn") and j + 1 < n and \
+            lows[j + 1] in personal.DIETS:
+        return personal.diet(cl, subject, j + 1, negated)
+    if lemma == "buy":
+        return not modal and personal.purchase(cl, subject, j, form, aux, negated)
+    if lemma == "go" and form == "ing" and not modal and \
+            personal.plan(cl, subject, j, aux, negated, _task):
+        return True
     rules = _RULES.get(lemma)
     if not rules:
         return False
@@ -326,6 +340,8 @@ def _be_rules(cl: _Clause, subject: str, first: bool, k: int, be: str, aux: list
             return True
         return False
     if past:
+        return True
+    if personal.diet(cl, subject, k, negated):
         return True
     # have been to X
     if perfect and lows[k] == "to":
