@@ -611,7 +611,7 @@ PERSONAL = [
     ("User: Thanks.\nAssistant: You might also enjoy The Left Hand of Darkness.",
      {("Assistant", "RECOMMENDED", "The Left Hand of Darkness")}, False),
     ("User: I finally read the book you recommended, Sapiens.\nAssistant: Great!",
-     set(), False),
+     {("Assistant", "RECOMMENDED", "Sapiens")}, False),
     ("User: Last week you recommended Sapiens to me.\nAssistant: I did.",
      {("Assistant", "RECOMMENDED", "Sapiens")}, False),
 ]

@@ -168,6 +168,7 @@ _RECOMMEND = re.compile(
     r"|you (?:might|may|would|will|should|could) (?:also |really )?(?:enjoy|like|love|try|"
     r"read|watch|check out)"
     r"|(?:recommendation|suggestion|pick) (?:is|would be))\s+", re.I)
+_YOU_RECOMMENDED = re.compile(r"\byou (?:recommended|suggested)[\s,:]+", re.I)
 _CAP_WORD = r"[A-Z0-9][\w'’:&\-]*"
 _TITLE = re.compile(r"[\"“'‘*]+([^\"”'’*\n]{2,80}?)[\"”'’*]+"
                     rf"|({_CAP_WORD}(?:(?:\s+(?:of|the|and|a|an|in|on|to|for|&|de|la))*"
@@ -177,13 +178,7 @@ _TITLE = re.compile(r"[\"“'‘*]+([^\"”'’*\n]{2,80}?)[\"”'’*]+"
 def recommendations(speaker: str, sentence: str, col: _Collector) -> None:
     """'I'd recommend "Piranesi" by Susanna Clarke' (the assistant speaking), or 'you
     recommended Sapiens' (the user): Assistant RECOMMENDED the title."""
-    if speaker == "User" and not re.search(r"\byou (?:recommended|suggested)\b", sentence,
-                                           re.I):
-        return
-    if speaker == "User":
-        pattern = re.compile(r"\byou (?:recommended|suggested)\s+", re.I)
-    else:
-        pattern = _RECOMMEND
+    pattern = _YOU_RECOMMENDED if speaker == "User" else _RECOMMEND
     for m in pattern.finditer(sentence):
         rest = sentence[m.end():]
         rest = re.sub(r"^(?:the (?:book|novel|film|movie|show|series|album|podcast|game|app) |"
