@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 # the README's tokens and stop words, shared with the engine's turn index
-from memoryplus.engine.keywords import tokens as bm25_tokens
+from memoryplus.common.text import keyword_tokens as bm25_tokens
 
 # Where the developers and CI keep the dev split (never copied into the repository):
 # ../shared/data/longmemeval/dev.json.gz relative to the repository (or the current folder).

@@ -16,7 +16,7 @@ from graphiti_core.nodes import EntityNode, EpisodeType, EpisodicNode
 from graphiti_core.utils.bulk_utils import add_nodes_and_edges_bulk
 
 from memoryplus.common import redact
-from memoryplus.engine import local_extract
+from memoryplus.engine import extract as local_extract
 from memoryplus.engine.bank_pool import BankPool
 from memoryplus.engine.episodes import COMPLETE, EpisodeMeta, iso, ts
 from memoryplus.engine.errors import EngineError, UnknownBankError

@@ -7,16 +7,14 @@ across runs and machines, for tests and benchmarks that must not depend on model
 """
 from __future__ import annotations
 
-import hashlib
 import math
 import os
-import re
 import threading
 from pathlib import Path
 
 from graphiti_core.embedder.client import EmbedderClient
 
-_WORD = re.compile(r"\w+", re.UNICODE)
+from memoryplus.common.text import WORD, char_trigrams, feature_hash
 
 
 class LocalEmbedder(EmbedderClient):
@@ -69,14 +67,12 @@ class HashEmbedder(EmbedderClient):
 
     def embed_one(self, text: str) -> list[float]:
         vec = [0.0] * self.dim
-        words = [w.lower() for w in _WORD.findall(text)]
+        words = [w.lower() for w in WORD.findall(text)]
         feats = list(words)
         for w in words:
-            padded = f"#{w}#"
-            feats.extend(padded[i:i + 3] for i in range(len(padded) - 2))
+            feats.extend(char_trigrams(w))
         for f in feats:
-            h = int.from_bytes(hashlib.blake2b(f.encode("utf-8", "surrogatepass"),
-                                               digest_size=8).digest(), "little")
+            h = feature_hash(f)
             vec[h % self.dim] += 1.0 if (h >> 32) & 1 else -1.0
         norm = math.sqrt(sum(v * v for v in vec)) or 1.0
         return [v / norm for v in vec]

@@ -11,7 +11,7 @@ from graphiti_core.nodes import EpisodeType, EpisodicNode
 
 from memoryplus.engine import insights as insight_rules
 from memoryplus.engine import llm_savings
-from memoryplus.engine import local_extract
+from memoryplus.engine import extract as local_extract
 from memoryplus.engine.bank_pool import Bank, BankPool
 from memoryplus.engine.episodes import COMPLETE, PENDING, PENDING_PREFIX, TAG_LABELS, EpisodeMeta, content_hash, ts
 from memoryplus.engine.errors import EngineError

@@ -22,6 +22,8 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
+from memoryplus.common.text import LEXICON_TOKEN
+
 MAX_CHARS = 200_000        # longer text is analysed up to here
 MAX_EMOTIONS = 3
 MAX_TOPICS = 3
@@ -132,6 +134,9 @@ _EMOTION_CUES: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]
 }
 
 EMOTION_NAMES: tuple[str, ...] = tuple(_EMOTION_CUES)
+# Phrases whose emotion word names no feeling ("an upset stomach", "sad news" is still one).
+_NOT_EMOTIONS = ("upset stomach", "upset tummy", "upset belly", "stomach upset",
+                 "tummy upset", "tired of waiting")
 
 # Valence of each emotion on 0 (negative) .. 1 (positive); used for vibe.
 _VALENCE: dict[str, float] = {
@@ -305,6 +310,16 @@ _TOPIC_CUES: dict[str, tuple[str, ...]] = {
 }
 
 TOPIC_NAMES: tuple[str, ...] = tuple(_TOPIC_CUES)
+# Topic cues that are also verbs: "book a check-up", "to book", "booked the table" are no
+# reading. Used as a verb when an infinitive marker, a modal or a subject comes before, or
+# an object (article, possessive, pronoun) comes after.
+_VERB_CUES = frozenset({"book"})
+_BEFORE_VERB = frozenset({"to", "i", "we", "you", "please", "can", "could", "will", "would",
+                          "should", "must", "shall", "might", "may", "lets", "let's", "and",
+                          "or", "then", "also", "just", "'ll", "gotta"})
+_AFTER_VERB = frozenset({"a", "an", "the", "my", "your", "our", "his", "her", "their", "me",
+                         "us", "him", "them", "it", "this", "that", "some", "another", "in",
+                         "into", "online", "tickets", "flights", "seats"})
 
 # ── Vibe words beyond emotions ──────────────────────────────────────────────────────────
 _POSITIVE = ("good", "great", "awesome", "amazing", "excellent", "perfect", "wonderful",
@@ -328,7 +343,6 @@ _INTENSIFIERS = frozenset({
 _CLAUSE_BREAK = frozenset({".", ",", ";", ":", "!", "?", "…", "but", "though", "although",
                            "however", "yet", "-", "—", "–", "(", ")"})
 
-_TOKEN = re.compile(r"[^\W_](?:[\w'’\-]*[^\W_])?[+#]*|[^\w\s]")
 _EMOTICON = re.compile(r"(?<!\S)(?::-?[)(\]\[DPp/|]|:'\(|;-?\)|=[)(]|<3|[xX]D)(?!\S)")
 _ROLE = re.compile(r"^\s*(user|assistant|human|ai|bot|system)\s*:\s?", re.IGNORECASE)
 _LEVELS = {"strong": 0, "clear": 1, "mild": 2}
@@ -347,7 +361,7 @@ def _norm(tok: str) -> str:
 
 
 def _tokenize(text: str) -> list[str]:
-    return _TOKEN.findall(text)
+    return LEXICON_TOKEN.findall(text)
 
 
 def _build(entries: dict[str, list[tuple[str, object]]]) -> tuple[dict, dict]:
@@ -381,6 +395,8 @@ def _emotion_entries():
                 if cue.startswith((":", ";", "=", "<")) or cue in ("xd", ":p"):
                     continue   # emoticons are found by _EMOTICON
                 out.setdefault(emotion, []).append((cue, (emotion, _LEVELS[level_name])))
+    # matched first (longest match), then dropped: the words in them are not cues there
+    out["-"] = [(phrase, ("", 0)) for phrase in _NOT_EMOTIONS]
     return out
 
 
@@ -489,7 +505,7 @@ def _emotion_hits(text: str) -> tuple[list[tuple[str, int, int]], list[str]]:
     tokens = [c[0] for c in canon]
     hits = []
     for start, size, (emotion, level) in _scan(tokens, _EMO_LEX, _EMO_FIRST):
-        if _negated(tokens, start):
+        if not emotion or _negated(tokens, start):
             continue
         words = raw[start:start + size]
         shouted = any(len(w) >= 3 and w.isalpha() and w.isupper() for w in words)
@@ -533,7 +549,11 @@ def detect_topics(text: str) -> list[str]:
     tokens = [_norm(t) for t in _tokenize(text[:MAX_CHARS])]
     seen: dict[str, dict[str, float]] = {}
     first_pos: dict[str, int] = {}
-    for start, _size, (topic, weight, cue) in _scan(tokens, _TOPIC_LEX, _TOPIC_FIRST):
+    for start, size, (topic, weight, cue) in _scan(tokens, _TOPIC_LEX, _TOPIC_FIRST):
+        if cue in _VERB_CUES and tokens[start] == cue and (
+                (start > 0 and tokens[start - 1] in _BEFORE_VERB)
+                or (start + size < len(tokens) and tokens[start + size] in _AFTER_VERB)):
+            continue
         seen.setdefault(topic, {})[cue] = weight
         first_pos.setdefault(topic, start)
     scored = [(sum(cues.values()), topic) for topic, cues in seen.items()]

@@ -8,7 +8,7 @@ from graphiti_core.edges import EntityEdge, EpisodicEdge
 from graphiti_core.nodes import EntityNode, EpisodicNode
 from graphiti_core.utils.bulk_utils import add_nodes_and_edges_bulk
 
-from memoryplus.engine import local_extract
+from memoryplus.engine import extract as local_extract
 from memoryplus.engine.bank_pool import Bank, BankPool
 from memoryplus.engine.episodes import EpisodeMeta, append_summary, rule_summary, ts
 from memoryplus.wire.records import utc_now

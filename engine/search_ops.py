@@ -15,7 +15,7 @@ from graphiti_core.search.search_config import (
 )
 from graphiti_core.search.search_filters import ComparisonOperator, DateFilter, SearchFilters
 
-from memoryplus.engine import local_extract
+from memoryplus.engine import extract as local_extract
 from memoryplus.engine.bank_pool import Bank, BankPool
 from memoryplus.engine.episodes import COMPLETE, EpisodeMeta, ts
 from memoryplus.engine.fusion import covering, fuse

@@ -20,7 +20,7 @@ from datetime import datetime
 import numpy as np
 
 # the baseline's own tokens and stop words (cli/bench_recall.py)
-from memoryplus.engine.keywords import tokens
+from memoryplus.common.text import keyword_tokens as tokens
 
 # bm25 over the whole turn, bm25 over the user message, cosine to the user message
 WEIGHTS = (1.0, 0.5, 3.0)        # testing/recall_weights.py: 5-fold CV on the dev split

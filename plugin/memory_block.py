@@ -9,6 +9,8 @@ import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from memoryplus.common.text import PROMPT_TOKEN as _TOKEN
+
 if TYPE_CHECKING:   # annotations only: pydantic stays off PyGPT's start-up path
     from memoryplus.wire.records import SearchResult
 
@@ -18,7 +20,6 @@ HEADER = ("Recalled notes from earlier conversations with this user (MemoryPlus)
           "gives the date it became true and its tags.")
 PREFER = ("Prefer these memories over any other vector store or retrieved context when they "
           "disagree.")
-_TOKEN = re.compile(r"\w+|[^\w\s]", re.UNICODE)
 _SPACE = re.compile(r"\s+")
 
 

@@ -6,7 +6,7 @@ import time
 import pytest
 
 from memoryplus.config.schema import MEMORY_MODES
-from memoryplus.engine.local_extract import (
+from memoryplus.engine.extract import (
     LocalEntity,
     LocalExtraction,
     LocalFact,
@@ -145,7 +145,8 @@ CASES = [
     ("I prefer tea over coffee.", {("User", "PREFERS", "tea")}),
     ("I'm interested in astronomy.", {("User", "INTERESTED_IN", "astronomy")}),
     ("I’m allergic to cats and I’m a vegan.",
-     {("User", "ALLERGIC_TO", "cats"), ("User", "IS_A", "vegan")}),
+     # a diet is single-valued (issue 18): HAS_DIET, so "I'm pescatarian now" replaces it
+     {("User", "ALLERGIC_TO", "cats"), ("User", "HAS_DIET", "vegan")}),
     ("I'm 29 and I live in Oslo.", {("User", "HAS_AGE", "29"), ("User", "LIVES_IN", "Oslo")}),
     ("I went to Japan in 2019.", {("User", "VISITED", "Japan")}),
     ("I've been to Japan twice.", {("User", "VISITED", "Japan")}),
@@ -580,3 +581,82 @@ def test_a_role_named_at_the_end_of_a_clause_is_no_fact_and_no_crash(text):
     for spec in (IDENTITY, CHATBOT, PRODUCTIVITY):
         found = extract(text, spec)
         assert not any(f.object in ("called", "named", "") for f in found.facts)
+
+
+# ── issue 18, behaviour 5: the common personal facts ────────────────────────────────────
+PERSONAL = [
+    # the date of a recurring event, not only an age that goes stale
+    ("Lena turns 10 on May 3rd.",
+     {("Lena", "HAS_BIRTHDAY", "May 3rd")}, True),
+    ("My son Tom turned 12 on 4 March.", {("Tom", "HAS_BIRTHDAY", "4 March")}, True),
+    # a job change: the new employer (supersedes the old) and the title
+    ("I quit Siemens and joined a startup called Nordlicht as CTO.",
+     {("User", "WORKS_AT", "Nordlicht"), ("User", "WORKS_AS", "CTO"),
+      ("User", "QUIT_JOB_AT", "Siemens")}, True),
+    ("I joined Bosch as a data engineer last month.",
+     {("User", "WORKS_AT", "Bosch"), ("User", "WORKS_AS", "data engineer")}, True),
+    # diets
+    ("I'm pescatarian now.", {("User", "HAS_DIET", "pescatarian")}, True),
+    ("I went vegan in January.", {("User", "HAS_DIET", "vegan")}, True),
+    # plans
+    ("I'm going to visit my grandparents in Porto next month.",
+     {("User", "HAS_PLAN", "visit grandparents in Porto")}, False),
+    ("We're going to Lisbon in April.", set(), False),
+    ("I'm going to Iceland in April.", {("User", "HAS_PLAN", "go to Iceland")}, False),
+    # possessions
+    ("I bought a Kindle Paperwhite last week.", {("User", "OWNS", "Kindle Paperwhite")}, False),
+    # what the assistant recommended (the user asks later "what was that book you told me about?")
+    ("User: Any novel for the flight?\nAssistant: I'd recommend \"Piranesi\" by Susanna Clarke.",
+     {("Assistant", "RECOMMENDED", "Piranesi")}, False),
+    ("User: Thanks.\nAssistant: You might also enjoy The Left Hand of Darkness.",
+     {("Assistant", "RECOMMENDED", "The Left Hand of Darkness")}, False),
+    ("User: I finally read the book you recommended, Sapiens.\nAssistant: Great!",
+     {("Assistant", "RECOMMENDED", "Sapiens")}, False),
+    ("User: Last week you recommended Sapiens to me.\nAssistant: I did.",
+     {("Assistant", "RECOMMENDED", "Sapiens")}, False),
+]
+
+
+@pytest.mark.parametrize("text,expected,functional", PERSONAL, ids=[p[0][:40] for p in PERSONAL])
+def test_common_personal_facts(text, expected, functional):
+    result = run(text)
+    assert expected <= triples(result), triples(result)
+    for f in result.facts:
+        if (f.subject, f.relation, f.object) in expected and f.relation != "QUIT_JOB_AT":
+            assert f.functional is functional, f
+    assert_clean(result)
+
+
+@pytest.mark.parametrize("text", [
+    "I'm not vegetarian anymore.", "I might join Acme as CTO.", "I'm going to bed.",
+    "If I were vegan I would cook more.", "Should I buy a Kindle?",
+    "User: Can you recommend a good novel?\nAssistant: What do you like?",
+])
+def test_no_personal_fact_from_what_is_not_asserted(text):
+    relations = {r for _, r, _ in triples(run(text))}
+    assert not relations & {"HAS_DIET", "WORKS_AT", "WORKS_AS", "HAS_PLAN", "OWNS",
+                            "RECOMMENDED"}, relations
+
+
+def test_fact_sentences_of_personal_facts():
+    sentences = {f.fact for t, _, _ in PERSONAL for f in run(t).facts}
+    assert {"Lena's birthday is May 3rd", "User works at Nordlicht", "User works as CTO",
+            "User's diet is pescatarian", "User bought a Kindle Paperwhite",
+            "Assistant recommended Piranesi"} <= sentences
+
+
+# ── issue 18, behaviour 6: tags per fact, not per turn ─────────────────────────────────
+def test_each_fact_has_the_tags_of_its_own_sentence():
+    """The turn's emotion (sad, in its first sentence) is not copied onto the fact about the
+    cat, and a verb "book" tags nothing as books."""
+    tagged = mode_spec("Chatbot")
+    result = extract("User: I'm so sad today, my grandmother is in hospital. "
+                     "My cat Pistachio only eats salmon. "
+                     "I need to book a check-up with my dentist.\nAssistant: Sorry to hear that.",
+                     tagged)
+    by_relation = {f.relation: f.tags for f in result.facts}
+    assert "emotion:sad" not in by_relation["HAS_CAT"], by_relation
+    assert "topic:pets" in by_relation["HAS_CAT"], by_relation
+    assert not any("books" in t for t in by_relation["HAS_TASK"]), by_relation
+    # the turn still has its emotion (as an Emotion entity)
+    assert ("sad", "Emotion") in {(e.name, e.type) for e in result.entities}

@@ -71,3 +71,50 @@ async def test_a_replaced_fact_is_not_shown_as_current(engine):
     # asked about the past, the Berlin turn is the answer
     before = await engine.search(BANK, "Where did I live before Lisbon?", limit=5)
     assert any("Berlin" in r.text for r in before[:3])
+
+
+async def test_the_common_personal_facts_are_found_and_kept_current(engine):
+    """Local extraction missed birthdays, job changes, diets and what the assistant
+    recommended (issue 18, behaviour 5); single-valued ones replace the old value."""
+    await engine.ingest(BANK, [
+        turn(1, "I work at Siemens as an engineer."),
+        turn(2, "I'm vegetarian."),
+        turn(3, "My daughter Lena turns 7 on May 3rd."),
+        turn(4, "Any novel for my flight?", "I'd recommend \"Piranesi\" by Susanna Clarke.", days=2),
+        turn(5, "I quit Siemens and joined a startup called Nordlicht as CTO.", days=20),
+        turn(6, "I'm pescatarian now.", days=25),
+    ])
+
+    async def facts(query):
+        return [r for r in await engine.search(BANK, query, limit=10) if r.kind == "fact"]
+
+    work = await facts("Where do I work?")
+    assert any(r.text == "User works at Nordlicht" and r.invalid_at is None for r in work), \
+        [(r.text, r.invalid_at) for r in work]
+    assert not any("Siemens" in r.text and "works at" in r.text and r.invalid_at is None
+                   for r in work), [(r.text, r.invalid_at) for r in work]
+    diet = await facts("What is my diet?")
+    assert any(r.text == "User's diet is pescatarian" for r in diet), [r.text for r in diet]
+    # the vegetarian turn is shown as ended, not as current
+    old = [r for r in await engine.search(BANK, "Am I still vegetarian?", limit=5)
+           if r.kind == "episode" and "vegetarian" in r.text]
+    assert old and all(r.invalid_at == T0 + timedelta(days=25) for r in old), old
+    birthday = await facts("When is Lena's birthday?")
+    assert any(r.text == "Lena's birthday is May 3rd" for r in birthday), [r.text for r in birthday]
+    told = await facts("What did you recommend?")
+    assert any(r.text == "Assistant recommended Piranesi" for r in told), [r.text for r in told]
+
+
+async def test_tags_say_what_the_text_is_about(engine):
+    """'[TOPIC: books]' on "book a check-up", '[EMOTION: sad]' on a cat's upset stomach
+    (issue 18, behaviour 6)."""
+    await engine.ingest(BANK, [
+        turn(1, "I need to book a check-up with my dentist."),
+        turn(2, "My cat Pistachio gets an upset stomach from her new food.", days=1),
+        turn(3, "I just finished a great book by Ursula Le Guin.", days=2),
+    ])
+    tags = {r.sources[0]: r.tags for r in await engine.search(BANK, "check-up cat book", limit=10)
+            if r.kind == "episode"}
+    assert "topic:books" not in tags["1"], tags
+    assert "emotion:sad" not in tags["2"], tags
+    assert "topic:books" in tags["3"], tags       # the noun still is
