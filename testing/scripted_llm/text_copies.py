@@ -1,13 +1,15 @@
-"""scripted_llm's copies of the product's text pieces (the lead unifies them at merge).
+"""scripted_llm's copies of text pieces the product has too (issue 14 lists them as copies;
+the "extract" helper builds the product's one place for them, common/text.py, and the lead
+unifies at merge):
 
-Each duplicates a piece of the product's own code in behaviour or purpose:
-
-* `_STOPWORDS`, `_WORD_RE`, `_words`: the stop words / tokenizer (engine/keywords.py,
-  engine/local_extract.py, engine/turn_index.py);
-* `_stem`, `_content_stems`: the suffix stemmer (engine/local_extract.py);
-* `split_sentences` (with `_ABBREV_BEFORE_DOT`): the sentence splitter (engine/local_extract.py);
+* `_STOPWORDS`, `_WORD_RE`, `_words`: a stop-word list and tokenizer (the product's:
+  engine/keywords.py STOP_WORDS / tokens, and engine/local_extract.py's word lists);
+* `_stem`, `_content_stems`: a suffix stemmer (the product folds plurals and suffixes in
+  engine/local_extract.py and engine/insights.py);
+* `split_sentences` (with `_ABBREV_BEFORE_DOT`): a sentence splitter (engine/local_extract.py
+  `_sentences`);
 * `embed_text` (with `_bucket`): the hashed bag-of-words + character-trigram embedder
-  (engine/embedders.py);
+  (engine/embedders.py `HashEmbedder`);
 * `_norm_text`, `_norm_key`: apostrophe / case / punctuation folding.
 
 They are kept as they were, byte for byte: the scripted LLM's answers must not move.
