@@ -9,7 +9,7 @@ random (seeded) every kind of fault at least once:
 - PyGPT "quitting" with a full queue and restarting on the same workdir (spool replay);
 - a bank locked by another process for a while (a read-only Kuzu open in a child process);
 - writes failing for a while, in both layers: spool writes through an I/O fault hook patched
-  into *this process only* (``memoryplus.plugin.queue._write_all`` raises EIO), and Kuzu
+  into *this process only* (``memoryplus.plugin.spool._write_all`` raises EIO), and Kuzu
   writes in the worker through the store's test fault hook (``engine/store.py``,
   ``store_write_fault``: a fault file in the bank storage directory, honoured only with
   MEMORYPLUS_TEST_HOOKS=1, which this run sets for its workers);
@@ -64,7 +64,7 @@ class _WriteFault:
     """The I/O fault hook: while on, every spool write of this process fails with EIO."""
 
     def __init__(self):
-        from memoryplus.plugin import queue as qmod
+        from memoryplus.plugin import spool as qmod
         self.qmod = qmod
         self.original = qmod._write_all
         self.until = 0.0

@@ -53,7 +53,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import sys
 import threading
@@ -62,177 +61,21 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-T0 = time.monotonic()
-PLUGIN_ID = "memoryplus"
+# Run from its file (`python testing/app_driver.py`, maybe in an environment without memoryplus):
+# the sibling files, and nothing of memoryplus imported before the add-on route hides it.
+if __package__:
+    from memoryplus.testing.app_env import (PLUGIN_ID, _jsonable, _now, hide_installed_memoryplus, offline_env,
+                                            seed_config, worker_processes)
+    from memoryplus.testing.app_observer import Observer
+else:
+    from app_env import PLUGIN_ID, _jsonable, _now, hide_installed_memoryplus, offline_env, seed_config, worker_processes
+    from app_observer import Observer
+
 DEFAULT_MESSAGES = ("My dentist is Dr Okafor and I live in Lisbon.", "Who is my dentist?")
-# Events the report's timeline keeps (every Event PyGPT dispatches, not AppEvent/KernelEvent/...).
-MAX_TIMELINE = 4000
-
-
-def _now() -> float:
-    return round(time.monotonic() - T0, 3)
-
-
-# ── environment and config ─────────────────────────────────────────────────────────────────
-def tiktoken_cache_dir() -> str | None:
-    """llama_index (a PyGPT dependency) ships tiktoken's cl100k/o200k files."""
-    try:
-        import importlib.util
-        spec = importlib.util.find_spec("llama_index.core")
-        if spec and spec.submodule_search_locations:
-            path = Path(list(spec.submodule_search_locations)[0]) / "_static" / "tiktoken_cache"
-            if path.is_dir():
-                return str(path)
-    except Exception:
-        pass
-    return None
-
-
-def offline_env(workdir: Path, home: Path | None = None) -> dict[str, str]:
-    """The environment variables PyGPT needs to start offline and headless."""
-    env = {
-        "PYGPT_WORKDIR": str(workdir),
-        "QT_QPA_PLATFORM": "offscreen",
-        "QTWEBENGINE_DISABLE_SANDBOX": "1",
-        "GRAPHITI_TELEMETRY_ENABLED": "false",
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-        "PYTHONUNBUFFERED": "1",
-    }
-    cache = tiktoken_cache_dir()
-    if cache:
-        env["TIKTOKEN_CACHE_DIR"] = cache
-    if home is not None:
-        env["HOME"] = str(home)
-    return env
-
-
-def plugin_options(extra: dict | None = None) -> dict[str, Any]:
-    opts = {"extraction_engine": "local", "embedding_provider": "local", "engine_mode": "persistent"}
-    opts.update(extra or {})
-    return opts
-
-
-def seed_config(workdir: Path, base_url: str, *, model: str = "gpt-4o", responses_api: bool = True,
-                enable_plugin: bool = True, options: dict | None = None, extra: dict | None = None) -> Path:
-    """Write PyGPT's default config.json with what a user would have set, before start."""
-    import pygpt_net
-    defaults = Path(pygpt_net.__file__).parent / "data" / "config" / "config.json"
-    data = json.loads(defaults.read_text(encoding="utf-8"))
-    data.update({
-        "license.accepted": True,
-        "mode": "chat",
-        "model": model,
-        "updater.check.launch": False,
-        "updater.check.bg": False,
-        "layout.tray": False,
-        "layout.tray.minimize": False,
-        "ctx.auto_summary": False,         # no title side-call: the requests are ours to count
-        "app_banners_api_url": "",
-        "remote_tools.global.web_search": False,
-        "api_proxy.enabled": False,
-    })
-    data["current_model"] = dict(data.get("current_model") or {}, chat=model)
-    data["providers"] = {"openai": {"api_key": "sk-scripted-e2e", "api_base": base_url,
-                                    "extra": {"responses_api": bool(responses_api)}}}
-    enabled = dict(data.get("plugins_enabled") or {})
-    enabled[PLUGIN_ID] = bool(enable_plugin)
-    data["plugins_enabled"] = enabled
-    plugins = dict(data.get("plugins") or {})
-    plugins[PLUGIN_ID] = plugin_options(options)
-    data["plugins"] = plugins
-    data.update(extra or {})       # what else the user set in PyGPT (e.g. app.env)
-    workdir.mkdir(parents=True, exist_ok=True)
-    target = workdir / "config.json"
-    target.write_text(json.dumps(data, indent=1), encoding="utf-8")
-    return target
-
-
-def hide_installed_memoryplus() -> list[str]:
-    """Remove an editable/pip `memoryplus` from this process's import system, so that an add-on
-    copy is imported from its own directory (what a user without `pip install` gets)."""
-    removed = []
-    for finder in list(sys.meta_path):
-        mod = getattr(finder, "__module__", "") or getattr(type(finder), "__module__", "")
-        if "__editable__" in mod and "memoryplus" in mod:
-            sys.meta_path.remove(finder)
-            removed.append(f"meta_path:{mod}")
-    for hook in list(sys.path_hooks):
-        mod = getattr(hook, "__module__", "") or ""
-        if "__editable__" in mod and "memoryplus" in mod:
-            sys.path_hooks.remove(hook)
-            removed.append(f"path_hook:{mod}")
-    for entry in list(sys.path):   # a PYTHONPATH pointing at a checkout's parent (development)
-        if entry and os.path.isfile(os.path.join(entry, "memoryplus", "__init__.py")):
-            sys.path.remove(entry)
-            removed.append(f"sys.path:{entry}")
-    sys.path_importer_cache.clear()
-    for name in [m for m in sys.modules if m == "memoryplus" or m.startswith("memoryplus.")]:
-        del sys.modules[name]
-    return removed
-
-
-def worker_processes(under: str | os.PathLike | None = None) -> list[dict]:
-    """Live MemoryPlus worker processes; with `under`, only those whose working directory
-    (the worker runs in its data directory) is inside that folder, so that workers of other
-    programs on the machine are not counted."""
-    try:
-        import psutil
-    except ImportError:
-        return []
-    root = os.path.realpath(under) if under else None
-    out = []
-    for p in psutil.process_iter(["pid", "ppid", "cmdline"]):
-        try:
-            cmd = " ".join(p.info.get("cmdline") or [])
-            if "memoryplus.worker.process" not in cmd:
-                continue
-            try:
-                cwd = p.cwd()
-            except Exception:
-                cwd = None
-            if root and not (cwd and (os.path.realpath(cwd) + os.sep).startswith(root + os.sep)):
-                continue
-            try:
-                pythonpath = p.environ().get("PYTHONPATH")
-            except Exception:
-                pythonpath = None
-            out.append({"pid": p.info["pid"], "ppid": p.info["ppid"], "cwd": cwd, "cmdline": cmd[:300],
-                        "status": p.status(), "pythonpath": pythonpath})
-        except Exception:
-            continue
-    return out
-
-
-def _jsonable(value: Any) -> Any:
-    try:
-        json.dumps(value)
-        return value
-    except (TypeError, ValueError):
-        if isinstance(value, dict):
-            return {str(k): _jsonable(v) for k, v in value.items()}
-        if isinstance(value, (list, tuple, set)):
-            return [_jsonable(v) for v in value]
-        return repr(value)[:500]
-
-
-class _LogCapture(logging.Handler):
-    def __init__(self, sink: list):
-        super().__init__(logging.WARNING)
-        self.sink = sink
-
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            if len(self.sink) < 200:
-                self.sink.append({"t": _now(), "logger": record.name, "level": record.levelname,
-                                  "thread": threading.current_thread().name,
-                                  "message": record.getMessage()[:1000]})
-        except Exception:
-            pass
 
 
 # ── the script that runs on the GUI thread ─────────────────────────────────────────────────
-class Driver:
+class Driver(Observer):
     POLL_MS = 50
 
     def __init__(self, args, plugin=None):
@@ -278,57 +121,6 @@ class Driver:
         tmp.write_text(json.dumps(_jsonable(self.report), indent=1, ensure_ascii=False), encoding="utf-8")
         os.replace(tmp, path)
 
-    # hooks installed before the app starts
-    def install_hooks(self) -> None:
-        sink = self.report["unhandled_exceptions"]
-        old_hook = sys.excepthook
-
-        def excepthook(tp, val, tb):
-            sink.append({"t": _now(), "thread": threading.current_thread().name, "type": tp.__name__,
-                         "message": str(val)[:1000],
-                         "traceback": "".join(traceback.format_exception(tp, val, tb))[-6000:]})
-            old_hook(tp, val, tb)
-        sys.excepthook = excepthook
-
-        old_thook = threading.excepthook
-
-        def thook(a):
-            sink.append({"t": _now(), "thread": getattr(a.thread, "name", "?"),
-                         "type": getattr(a.exc_type, "__name__", "?"), "message": str(a.exc_value)[:1000],
-                         "traceback": "".join(traceback.format_exception(a.exc_type, a.exc_value,
-                                                                         a.exc_traceback))[-6000:]})
-            old_thook(a)
-        threading.excepthook = thook
-        capture = _LogCapture(self.report["log_warnings"])
-        logging.getLogger("memoryplus").addHandler(capture)
-        logging.getLogger("memoryplus").setLevel(logging.INFO)
-
-    def start_gui_sampler(self, period: float = 0.1) -> None:
-        """Sample the GUI thread's stack (what blocks it, and for how long) until the script ends."""
-        import collections
-        counts: collections.Counter = collections.Counter()
-        main_id = threading.main_thread().ident
-        stop = self._sampler_stop = threading.Event()
-
-        def sample():
-            while not stop.wait(period):
-                frame = sys._current_frames().get(main_id)
-                if frame is None:
-                    continue
-                where = []
-                f = frame
-                while f is not None and len(where) < 4:
-                    code = f.f_code
-                    where.append(f"{os.path.basename(os.path.dirname(code.co_filename))}/"
-                                 f"{os.path.basename(code.co_filename)}:{f.f_lineno} {code.co_name}")
-                    f = f.f_back
-                del frame, f
-                counts[" < ".join(where)] += 1
-        threading.Thread(target=sample, name="driver-gui-sampler", daemon=True).start()
-
-        def report():
-            self.report["gui_samples"] = [{"s": round(n * period, 1), "at": k} for k, n in counts.most_common(15)]
-        self._sampler_report = report
 
     def wrap_launcher(self) -> None:
         from pygpt_net.launcher import Launcher
@@ -349,112 +141,6 @@ class Driver:
             QTimer.singleShot(0, driver.start)
             return original(launcher_self)
         Launcher.run = run
-
-    # observation
-    def _observe_dispatch(self) -> None:
-        from pygpt_net.core.events import Event
-        window = self.window
-        original = window.dispatch
-        events = self._events
-        ctx_ends = self._ctx_ends
-
-        def dispatch(event, *a, **kw):
-            result = original(event, *a, **kw)
-            try:
-                if type(event) is Event:
-                    data = event.data if isinstance(event.data, dict) else {}
-                    rec = {"t": _now(), "name": event.name,
-                           "thread": "main" if threading.current_thread() is threading.main_thread()
-                           else threading.current_thread().name}
-                    for key in ("silent", "preview", "stop", "internal"):
-                        if data.get(key):
-                            rec[key] = True
-                    if len(events) < MAX_TIMELINE:
-                        events.append(rec)
-                    if event.name == Event.CTX_END and event.ctx is not None:
-                        ctx = event.ctx
-                        ctx_ends.append({"t": _now(), "input": str(ctx.input or "")[:500],
-                                         "output": str(ctx.output or "")[:2000],
-                                         "internal": bool(getattr(ctx, "internal", False)),
-                                         "id": getattr(ctx, "id", None),
-                                         "meta_id": getattr(getattr(ctx, "meta", None), "id", None),
-                                         "preset": getattr(getattr(ctx, "meta", None), "preset", None)})
-            except Exception:
-                pass
-            return result
-        window.dispatch = dispatch
-
-    def _observe_plugin_threads(self) -> None:
-        """Which threads each event reaches MemoryPlus's handle() on."""
-        plugin = self.plugin
-        if plugin is None:
-            return
-        original = plugin.handle
-        seen = self.report["memoryplus_thread_events"]
-        calls = self.report.setdefault("memoryplus_calls", [])
-
-        def handle(event, *a, **kw):
-            try:
-                th = "main" if threading.current_thread() is threading.main_thread() \
-                    else threading.current_thread().name.split("-")[0]
-                key = f"{event.name}@{th}"
-                seen[key] = seen.get(key, 0) + 1
-                data = event.data if isinstance(event.data, dict) else {}
-                if not (data.get("silent") or data.get("preview")) and len(calls) < 500:
-                    calls.append({"t": _now(), "event": event.name, "thread": th,
-                                  "started_before": getattr(plugin, "_started", None)})
-            except Exception:
-                pass
-            previous = getattr(self, "_current_event", None)
-            try:
-                data = event.data if isinstance(event.data, dict) else {}
-                flags = "".join(f" {k}" for k in ("silent", "preview") if data.get(k))
-                self._current_event = f"{event.name}{flags} ({type(event).__name__})"
-            except Exception:
-                self._current_event = "?"
-            try:
-                return original(event, *a, **kw)
-            finally:
-                self._current_event = previous
-        plugin.handle = handle
-
-        original_shutdown = plugin.shutdown
-
-        def shutdown(*a, **kw):
-            t = time.monotonic()
-            self.report["plugin_shutdown_called_at"] = _now()
-            calls.append({"t": _now(), "event": "<plugin.shutdown()>", "thread": "main"})
-            try:
-                return original_shutdown(*a, **kw)
-            finally:
-                self.report["plugin_shutdown_s"] = round(time.monotonic() - t, 3)
-                self.report["workers_right_after_plugin_shutdown"] = worker_processes(self.args.workdir)
-        plugin.shutdown = shutdown
-
-        if callable(getattr(plugin, "destroy", None)):
-            original_destroy = plugin.destroy
-
-            def destroy(*a, **kw):
-                calls.append({"t": _now(), "event": "<plugin.destroy()>", "thread": "main"})
-                return original_destroy(*a, **kw)
-            plugin.destroy = destroy
-
-        starts = self.report.setdefault("memoryplus_machinery_starts", [])
-        if callable(getattr(plugin, "_ensure_started", None)):
-            original_start = plugin._ensure_started
-
-            def ensure_started(*a, **kw):
-                was = getattr(plugin, "_started", None)
-                t = time.monotonic()
-                result = original_start(*a, **kw)
-                if not was and getattr(plugin, "_started", None):
-                    starts.append({"t": _now(), "took_s": round(time.monotonic() - t, 3),
-                                   "after_shutdown": "plugin_shutdown_called_at" in self.report,
-                                   "in_handle_of": getattr(self, "_current_event", None),
-                                   "thread": threading.current_thread().name,
-                                   "stack": "".join(traceback.format_stack(limit=14)[:-1])[-2500:]})
-                return result
-            plugin._ensure_started = ensure_started
 
     # the script
     def start(self) -> None:
@@ -631,59 +317,10 @@ class Driver:
                        alerts=alerts[shown:],
                        input_left=w.ui.nodes["input"].toPlainText())
 
-    @staticmethod
-    def web_views() -> list:
-        from PySide6.QtWebEngineWidgets import QWebEngineView
-        from PySide6.QtWidgets import QApplication
-        return [v for v in QApplication.allWidgets() if isinstance(v, QWebEngineView)]
-
-    def record_alerts(self) -> None:
-        """Every alert dialog PyGPT is asked to show from here on (still shown): what a user
-        would read."""
-        alerts = self.report.setdefault("alerts", [])
-        dialogs = self.window.ui.dialogs
-        original = dialogs.alert
-
-        def alert(msg, *a, **k):
-            alerts.append({"t": _now(), "text": str(msg)[:4000]})
-            return original(msg, *a, **k)
-        dialogs.alert = alert
-
-    def plugin_enabled(self) -> bool:
-        try:
-            return bool(self.window.controller.plugins.is_enabled(PLUGIN_ID))
-        except Exception:
-            return False
-
-    @staticmethod
-    def worker_settled(plugin) -> bool:
-        """The worker is up (or its start has failed for good: no point in waiting)."""
-        client = getattr(plugin, "client", None)
-        if client is None:
-            return bool(getattr(plugin, "_started", False) and getattr(plugin, "last_error", ""))
-        return client.status().get("state") not in ("stopped", "starting", "restarting")
-
     def stored(self, n: int) -> bool:
         c = self.queue_counts()
         return c.get("pending") == 0 and c.get("in_flight") == 0 and (c.get("done") or 0) + (c.get("skipped") or 0) >= n
 
-    def queue_counts(self) -> dict:
-        q = getattr(self.plugin, "queue", None)
-        if q is None:
-            return {"queue": None}
-        try:
-            return _jsonable(dict(q.counts()))
-        except Exception as exc:
-            return {"error": repr(exc)}
-
-    def client_status(self) -> dict:
-        c = getattr(self.plugin, "client", None)
-        if c is None:
-            return {"client": None}
-        try:
-            return _jsonable(dict(c.status()))
-        except Exception as exc:
-            return {"error": repr(exc)}
 
     def install_zip(self, zip_path: str):
         """Config → Install Add-on… → ZIP, through PyGPT's own controller and worker."""

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from memoryplus.testing.app_driver import offline_env, worker_processes
+from memoryplus.testing.app_env import offline_env, worker_processes
 from memoryplus.testing.scripted_llm import ScriptedLLMServer, last_user_text
 
 REPO = Path(__file__).resolve().parents[1]

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from memoryplus.config.schema import Settings
-from memoryplus.plugin import queue as qmod
+from memoryplus.plugin import spool as spool_mod
 from memoryplus.plugin.queue import (GUI_BLOCK_BUDGET_S, SPOOL_WINDOW_S, IngestError, IngestQueue)
 from memoryplus.wire.records import IngestReport, Turn
 
@@ -179,13 +179,13 @@ def test_corrupt_spool_lines_are_skipped_reported_and_the_rest_kept(tmp_path, qu
 
 
 def test_put_never_touches_the_disk(tmp_path, queues, monkeypatch):
-    real_append = qmod._SpoolFile.append
+    real_append = spool_mod._SpoolFile.append
 
     def slow_append(self, lines):          # a stalled disk
         time.sleep(0.3)
         real_append(self, lines)
 
-    monkeypatch.setattr(qmod._SpoolFile, "append", slow_append)
+    monkeypatch.setattr(spool_mod._SpoolFile, "append", slow_append)
     q = queues(tmp_path / "spool", Sink(), queue_size=0)
     q.start()
     worst = total = 0.0
@@ -208,7 +208,7 @@ def test_unwritable_spool_is_reported_and_ingestion_goes_on(tmp_path, queues, mo
     def refuse(self):
         raise PermissionError(13, "Permission denied", str(self.path))
 
-    monkeypatch.setattr(qmod._SpoolFile, "open", refuse)
+    monkeypatch.setattr(spool_mod._SpoolFile, "open", refuse)
     sink = Sink()
     q = queues(tmp_path / "spool", sink)
     q.start()
@@ -240,13 +240,13 @@ def test_turns_the_disk_refused_are_saved_when_it_recovers_during_stop(tmp_path,
     q.start()
     assert q.wait_spooled(5)
     q.pause("PyGPT about to quit")
-    original, until = qmod._write_all, time.monotonic() + 1.0
+    original, until = spool_mod._write_all, time.monotonic() + 1.0
 
     def failing(fd, data):
         if time.monotonic() < until:
             raise OSError(errno.EIO, "injected I/O error")
         original(fd, data)
-    monkeypatch.setattr(qmod, "_write_all", failing)
+    monkeypatch.setattr(spool_mod, "_write_all", failing)
     for i in range(4):
         q.put("b", turn(i, f"said just before quitting {i}"))
     time.sleep(0.2)

@@ -1,25 +1,31 @@
-"""How the turn index's weights (worker/turn_index.WEIGHTS) were chosen: 5-fold cross-validation
+"""How the turn index's weights (engine/turn_index.WEIGHTS) were chosen: 5-fold cross-validation
 on LongMemEval's dev split, turns only, no graph (issue 18, docs/PERFORMANCE.md).
 
-    python -m memoryplus.testing.recall_weights ../shared/data/longmemeval/dev.json.gz
+    python scripts/recall_weights.py ../shared/data/longmemeval/dev.json.gz
 
 For each question, the haystack's turns go into a TurnIndex (the engine's own code: the same
 tokens, BM25 and embedder), and the three signals are computed once. Each fold picks the grid
 point with the best any-evidence recall@5 + all-evidence recall@10 on the other four folds
 and is scored on its own questions; the mean over the folds is the estimate, and the pick on
 all questions is what WEIGHTS holds. Abstention questions are left out, as in the bench.
+
+A tool of the checkout, not of the package (it reads the bench's dev-split loader in cli/, and
+testing/ must not import cli/: the layout check forbids cycles between folders).
 """
 from __future__ import annotations
 
 import itertools
 import random
 import sys
+from pathlib import Path
 
 import numpy as np
 
-from memoryplus.cli import bench_recall as br
-from memoryplus.engine.embedders import LocalEmbedder
-from memoryplus.engine.turn_index import TurnIndex
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))     # the checkout's parent: `memoryplus`
+
+from memoryplus.cli import bench_recall as br  # noqa: E402  (after the path insert)
+from memoryplus.engine.embedders import LocalEmbedder  # noqa: E402
+from memoryplus.engine.turn_index import TurnIndex  # noqa: E402
 
 GRID = [(1.0, u, c) for u, c in itertools.product([0, 0.25, 0.5, 1], [0.5, 1, 1.5, 2, 3, 4])]
 
