@@ -15,6 +15,7 @@ from .collector import _Collector
 from .dates import _parse_date
 from .lexicons import _DETERMINERS, _FORMS, _MONTHS, _ORG, _PERSON, _POSSESSIVES
 from .phrases import _np
+from .rules import _task
 from .text import _is_cap, _lower
 
 DIETS = frozenset("""
@@ -134,7 +135,7 @@ def purchase(cl: _Clause, subject: str, j: int, form: str, aux: list[str],
     return True
 
 
-def plan(cl: _Clause, subject: str, j: int, aux: list[str], negated: bool, task) -> bool:
+def plan(cl: _Clause, subject: str, j: int, aux: list[str], negated: bool) -> bool:
     """'I'm going to visit my parents in June': a plan (HAS_PLAN); 'going to Japan' too."""
     lows = cl.lows
     if negated or subject == "Assistant" or not any(a in ("am", "is", "are") for a in aux) \
@@ -158,7 +159,7 @@ def plan(cl: _Clause, subject: str, j: int, aux: list[str], negated: bool, task)
                                                            and _is_cap(cl.toks[j + 3])))
     if nxt in _DETERMINERS or nxt == "be" or not nxt.isalpha() or not verb:
         return False
-    return task(cl, subject, j + 2, "HAS_PLAN")
+    return _task(cl, subject, j + 2, "HAS_PLAN")
 
 
 # ── what the assistant recommended ──────────────────────────────────────────────────────

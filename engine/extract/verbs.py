@@ -218,7 +218,7 @@ def _apply_rules(cl: _Clause, subject: str, first: bool, i: int) -> bool:
     if lemma == "buy":
         return not modal and personal.purchase(cl, subject, j, form, aux, negated)
     if lemma == "go" and form == "ing" and not modal and \
-            personal.plan(cl, subject, j, aux, negated, _task):
+            personal.plan(cl, subject, j, aux, negated):
         return True
     rules = _RULES.get(lemma)
     if not rules:
