@@ -41,13 +41,14 @@ def hello(engine, cfg: P.ConfigMessage, params: P.HelloParams) -> P.HelloResult:
     differs = [P.SettingDifference(option=k, worker=v, client=theirs[k])
                for k, v in ours.items() if k in theirs and theirs[k] != v]
     result = P.HelloResult(pid=os.getpid(), app=cfg.app, owner_pid=cfg.owner_pid, differs=differs)
-    embedding = {"embedding_provider", "embedding_model", "embedding_base_url", "backend"}
-    if any(d.option in embedding for d in differs):
-        result.embedders = _embedder_conflicts(engine, cfg.app, {**ours, **theirs})
+    result.embedders = _embedder_conflicts(engine, cfg.app, {**ours, **theirs})
     return result
 
 
 def _embedder_conflicts(engine, app: str, client_values: dict[str, Any]) -> list[P.EmbedderConflict]:
+    """Every bank whose recorded embedder is not what the client's embedding settings would
+    choose: either the worker uses the recorded one anyway (the client is told), or the
+    worker's own settings choose another too (every operation on the bank fails until fixed)."""
     from memoryplus.config.schema import validate
     from memoryplus.engine.providers import resolve_embedder
     try:   # the client's embedding settings, with the owner's credentials (the client's never come)
@@ -61,15 +62,22 @@ def _embedder_conflicts(engine, app: str, client_values: dict[str, Any]) -> list
             continue
         try:
             yours = resolve_embedder(client, engine.credentials, m.embedder).id
+            governing = resolve_embedder(engine.settings, engine.credentials, m.embedder).id
         except Exception:
             continue
         if yours == m.embedder:
             continue
-        out.append(P.EmbedderConflict(
-            bank=m.name, built_with=m.embedder, dim=m.embedding_dim or 0, yours=yours, message=(
-                f"bank {m.name!r} was built with the embedder {m.embedder} ({m.embedding_dim} "
-                f"dimensions), yours would be {yours}: the worker of {app} searches it with the "
-                f"embedder it was built with. To use yours, re-embed the bank from {app} "
-                f"(`memoryplus reembed --bank {m.name}` while {app} is closed, or Re-embed in its "
-                f"memory browser), or set your embedding settings back to match")))
+        built = f"bank {m.name!r} was built with the embedder {m.embedder} ({m.embedding_dim} dimensions)"
+        fix = (f"re-embed it (`memoryplus reembed --bank {m.name}` while {app} is closed, or Re-embed "
+               f"in {app}'s memory browser)")
+        if governing != m.embedder:
+            message = (f"{built} but the settings of {app}'s worker give {governing}: every operation "
+                       f"on it fails (EmbeddingMismatchError) until {app}'s embedding settings are "
+                       f"switched back or you {fix}")
+        else:
+            message = (f"{built}; yours would give {yours}: the worker of {app} searches it with "
+                       f"the embedder it was built with. To use yours, {fix}, or set your embedding "
+                       f"settings back to match")
+        out.append(P.EmbedderConflict(bank=m.name, built_with=m.embedder, dim=m.embedding_dim or 0,
+                                      yours=yours, message=message))
     return out
