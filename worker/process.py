@@ -23,7 +23,8 @@ Roles:
 
 The parts: worker/connections.py (the owner's pipe and the peers), worker/listener.py (the
 transport and worker.json), worker/gate.py (exclusive requests), worker/logs.py (the log),
-worker/governance.py (hello and events); this module runs the requests and the life cycle.
+worker/governance.py (hello and events), worker/maintenance.py (idle time, recycling); this
+module runs the requests and the life cycle.
 
 At the end it answers (or cancels, after a bounded grace time) what is in flight, closes the
 engine (releasing every Kuzu lock) and exits 0.
@@ -31,7 +32,6 @@ engine (releasing every Kuzu lock) and exits 0.
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import os
 import signal
@@ -48,7 +48,7 @@ from pydantic import ValidationError  # noqa: E402
 from memoryplus.wire import protocol as P  # noqa: E402
 from memoryplus.common import redact  # noqa: E402
 from memoryplus.wire.transport import Sender  # noqa: E402
-from memoryplus.worker import governance  # noqa: E402
+from memoryplus.worker import governance, maintenance  # noqa: E402
 from memoryplus.worker.connections import Conn, SocketConn, StdioConn, stdout_writer  # noqa: E402
 from memoryplus.worker.gate import Gate  # noqa: E402
 from memoryplus.worker.listener import Listener  # noqa: E402
@@ -111,7 +111,7 @@ class WorkerServer:
         log.info("worker ready (%s, pid %d, extraction %s, %.2f s after start)", self.cfg.role,
                  os.getpid(), self.engine.extraction, time.monotonic() - self.started)
         threading.Thread(target=self._read_stdin, name="protocol-in", daemon=True).start()
-        maint = self.loop.create_task(self._maintenance()) if self.cfg.role == "persistent" else None
+        maint = self.loop.create_task(maintenance.run(self)) if self.cfg.role == "persistent" else None
         await self.stopping.wait()
         if maint is not None:   # let a running maintenance finish (it may be closing a bank)
             await asyncio.wait([maint], timeout=30)
@@ -418,55 +418,16 @@ class WorkerServer:
         info = dict(await self.engine.health())
         info.update(self._identity())
         info.update({"uptime_s": round(time.monotonic() - self.started, 3),
-                     "rss_mb": round(_rss_mb(), 1),
+                     "rss_mb": round(maintenance.rss_mb(), 1),
                      "in_flight": sum(1 for _, s in self.tasks.values() if s.counts),
                      "ops": self.ops_done, "sockets": len(self.sockets),
                      "memory_returned_mb": round(self.memory_returned_mb, 1),
                      "app": self.cfg.app})
         return info
 
-    # ── maintenance and recycling (when idle) ──────────────────────────────────────────
+    # ── maintenance and recycling (when idle): worker/maintenance.py ─────────────────
     def _busy(self) -> bool:
         return any(s.counts for _, s in self.tasks.values())
-
-    def _recycle_reason(self) -> str | None:
-        lim = self.limits
-        if lim.recycle_after_ops and self.ops_done >= lim.recycle_after_ops:
-            return f"recycling after {self.ops_done} operations"
-        if lim.recycle_rss_mb and self.ops_done:   # a fresh worker never recycles
-            rss = _rss_mb()
-            if rss > lim.recycle_rss_mb:
-                return f"recycling at {rss:.0f} MB resident memory (bound {lim.recycle_rss_mb} MB)"
-        return None
-
-    async def _maintenance(self) -> None:
-        maintained_at = 0.0
-        tick = max(0.05, min(0.5, self.limits.idle_s / 2))
-        while not self.stopping.is_set():
-            try:
-                await asyncio.wait_for(self.stopping.wait(), tick)
-                return
-            except asyncio.TimeoutError:
-                pass
-            now = time.monotonic()
-            if self._busy() or now - self.last_activity < self.limits.idle_s:
-                continue
-            if self.last_activity > maintained_at or now - maintained_at > 60:
-                maintained_at = now
-                await self.gate.enter(True)
-                try:
-                    if await self.engine.maintain():
-                        log.info("maintenance reopened bank(s) whose Kuzu memory had grown")
-                except Exception:
-                    log.exception("maintenance failed")
-                finally:
-                    await self.gate.leave(True)
-                self.memory_returned_mb += _return_free_memory()
-            if self._busy() or not self.accepting:
-                continue
-            reason = self._recycle_reason()
-            if reason:
-                self.begin_stop(reason, recycle=True)
 
 
 class _ModelAnswerProviderError(RuntimeError):
@@ -477,35 +438,6 @@ class _BadParams(Exception):
     def __init__(self, error: ValidationError):
         super().__init__(str(error))
         self.error = error
-
-
-def _return_free_memory() -> float:
-    """Give the heap's free pages back to the system (glibc's malloc_trim; elsewhere nothing).
-    An ingest frees much of what it allocated, but glibc keeps it: ~65 MB after 100 turns on a
-    5,000-turn bank, for ~9 ms of work once idle. Returns the MB the resident size fell by."""
-    trim = _malloc_trim()
-    if trim is None:
-        return 0.0
-    before = _rss_mb()
-    trim(0)
-    return max(0.0, before - _rss_mb())
-
-
-@functools.lru_cache(maxsize=1)     # looked up once: maintenance calls it on every idle round
-def _malloc_trim():
-    try:
-        import ctypes
-        return ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError):
-        return None
-
-
-def _rss_mb() -> float:
-    try:
-        import psutil
-        return psutil.Process().memory_info().rss / 1048576
-    except Exception:
-        return 0.0
 
 
 def main() -> int:
