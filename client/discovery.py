@@ -20,8 +20,10 @@ log = logging.getLogger("memoryplus.client")
 
 
 class Discovery:
-    def __init__(self, shared: Shared, launcher: Launcher, table: RequestTable, reconnect_s: float):
+    def __init__(self, shared: Shared, launcher: Launcher, table: RequestTable, reconnect_s: float,
+                 state_settings: bool = True):
         self.s, self.launcher, self.table, self.reconnect_s = shared, launcher, table, reconnect_s
+        self.state_settings = state_settings
         self.had_socket = False
 
     def other_worker(self, mode: str) -> PeerChannel | None:
@@ -64,8 +66,9 @@ class Discovery:
         ch.ready = True
         with self.s.lock:
             self.s.conflicts = hello.conflicts()
-        for line in self.s.conflicts:
-            log.warning("%s", line)
+        if self.s.conflicts:
+            log.warning("the worker of %s governs the banks; of this process's settings: %s", info.app,
+                        "; ".join(self.s.conflicts))
         ch.start(self.table.on_line, self.table.channel_ended)
         log.info("using the running worker of %s (pid %d) through %s", info.app, info.pid, info.socket)
         return ch
@@ -77,7 +80,8 @@ class Discovery:
         return None
 
     def _hello(self, conn) -> P.HelloResult:
-        params = P.HelloParams(app=self.launcher.app, settings=P.settings_fingerprint(self.launcher.settings))
+        mine = P.settings_fingerprint(self.launcher.settings) if self.state_settings else {}
+        params = P.HelloParams(app=self.launcher.app, settings=mine)
         return P.HelloResult.model_validate(self._ask(conn, "hello", params.model_dump(mode="json")))
 
     @staticmethod

@@ -81,7 +81,8 @@ class WorkerClient:
                  start_timeout_s: float = 90.0, heartbeat_s: float = 5.0, hang_timeout_s: float = 90.0,
                  reconnect_s: float = 15.0, recycle_after_ops: int = 5000, recycle_rss_mb: int = 2048,
                  idle_s: float = 2.0, shutdown_grace_s: float = 10.0, percall_workers: int = 4,
-                 test_hooks: dict[str, Any] | None = None, launch: Literal["python", "multiprocessing"] | None = None):
+                 test_hooks: dict[str, Any] | None = None, launch: Literal["python", "multiprocessing"] | None = None,
+                 state_settings: bool = True):
         limits = P.WorkerLimits(recycle_after_ops=recycle_after_ops, recycle_rss_mb=recycle_rss_mb,
                                 idle_s=idle_s, shutdown_grace_s=shutdown_grace_s)
         self.launcher = Launcher(settings, Path(data_dir).expanduser().resolve(), credentials or Credentials(),
@@ -91,7 +92,8 @@ class WorkerClient:
         self._s = Shared()
         self.requests = RequestTable(self._s)
         self.percall = PerCall(self._s, self.launcher, self.requests, percall_workers)
-        self.discovery = Discovery(self._s, self.launcher, self.requests, reconnect_s)
+        # state_settings=False: a client without settings of its own (doctor) states none in the hello
+        self.discovery = Discovery(self._s, self.launcher, self.requests, reconnect_s, state_settings)
         self.supervisor = Supervisor(
             self._s, self.launcher, self.requests, self.percall, self.discovery, max_deaths=max_deaths,
             death_window_s=death_window_s, backoff_s=backoff_s, backoff_max_s=backoff_max_s,
@@ -330,7 +332,8 @@ def connect_existing(data_dir: str | os.PathLike, *, timeout: float = 5.0,
     `status()["conflicts"]` (the worker's owner's settings govern)."""
     if P.live_worker(data_dir) is None:
         return None
-    client = WorkerClient(settings or Settings(), data_dir, None, mode="socket", app=app, reconnect_s=timeout)
+    client = WorkerClient(settings or Settings(), data_dir, None, mode="socket", app=app, reconnect_s=timeout,
+                          state_settings=settings is not None)
     client.start()
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

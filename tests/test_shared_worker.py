@@ -145,6 +145,7 @@ def test_every_client_hears_what_another_changed_and_forgot(tmp_path, owner):
     cli_heard: list[tuple[str, dict]] = []
     cli.subscribe(lambda event, data: cli_heard.append((event, data)))
     try:
+        assert cli.status()["conflicts"] == [], "a client that states no settings has none that differ"
         cli.call("ingest", {"bank": BANK, "turns": [{"id": "t1", "user": "My dentist is Dr Okafor.",
                                                      "assistant": "Noted."}]}, timeout=120)
         assert wait_until(lambda: heard), "the owner hears the socket client's ingest"
