@@ -19,6 +19,7 @@ Each protocol line (wire/protocol.py's `encode`) is one `send_bytes` message.
 """
 from __future__ import annotations
 
+import collections
 import hashlib
 import hmac
 import os
@@ -167,7 +168,7 @@ class Sender:
     def __init__(self, write, name: str):
         self._write = write
         self._cond = threading.Condition()
-        self._items: list[bytes | None] = []
+        self._items: collections.deque[bytes | None] = collections.deque()
         self.broken = False
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
@@ -182,7 +183,7 @@ class Sender:
             with self._cond:
                 while not self._items:
                     self._cond.wait()
-                data = self._items.pop(0)
+                data = self._items.popleft()
             if data is None:
                 break
             if self.broken:
