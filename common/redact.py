@@ -38,6 +38,23 @@ def register(*secrets: str) -> None:
         _known.update(s for s in secrets if isinstance(s, str) and len(s) >= 4)
 
 
+def secret_values(settings, credentials=None) -> list[str]:
+    """The secret values of a configuration: the options config/schema.py declares secret (from
+    a Settings or its dict) and the keys among the credentials. The one list of them."""
+    from memoryplus.config.schema import SECRET_OPTIONS
+    get = settings.get if isinstance(settings, dict) else (lambda k: getattr(settings, k, ""))
+    out = [str(get(k) or "") for k in sorted(SECRET_OPTIONS)]
+    if credentials is not None:
+        data = credentials if isinstance(credentials, dict) else credentials.model_dump()
+        out += [v for k, v in data.items() if "key" in k and isinstance(v, str)]
+    return out
+
+
+def register_config(settings, credentials=None) -> None:
+    """Mask every secret of a configuration (see secret_values)."""
+    register(*secret_values(settings, credentials))
+
+
 def redact(text: str) -> str:
     if not text:
         return text

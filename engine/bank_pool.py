@@ -147,9 +147,7 @@ class BankPool:
         self._register_secrets()
 
     def _register_secrets(self) -> None:
-        s, c = self.settings, self.credentials
-        redact.register(s.neo4j_password, s.override_api_key, s.embedding_api_key,
-                        c.openai_api_key, c.google_api_key)
+        redact.register_config(self.settings, self.credentials)
 
     # ── configuration ──────────────────────────────────────────────────────────────────
     @property

@@ -274,3 +274,27 @@ class SearchCache:
 
     def _fresh(self, entry: _Entry, now: float) -> bool:
         return now - entry.stored_at < self.ttl_s
+
+
+def bank_events_listener(cache: "SearchCache | None", queue_of: Callable[[], Any]) -> Callable[[str, dict], None]:
+    """A WorkerClient listener (`client.subscribe(...)`) for the worker's bank events
+    (wire/protocol.py), whichever client caused them (the CLI, another window): a changed bank's
+    cached searches go at once, not after the TTL; the turns a forget removed leave the queue's
+    spool (`IngestQueue.forgotten`), and so do a cleared bank's held copies, so that no replay
+    stores them again. `queue_of()` gives the queue, or None while the plugin is starting."""
+    from memoryplus.wire import protocol as P
+
+    def on_event(event: str, data: dict) -> None:
+        bank = data.get("bank")
+        if not isinstance(bank, str) or not bank:
+            return
+        if cache is not None:
+            cache.invalidate(bank)
+        queue = queue_of()
+        if queue is None:
+            return
+        if event == P.FORGOTTEN and data.get("caller_ids"):
+            queue.forgotten(bank, [str(t) for t in data["caller_ids"]])
+        elif event == P.BANK_CHANGED and data.get("cleared"):
+            queue.forgotten(bank)
+    return on_event

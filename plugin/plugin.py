@@ -225,6 +225,8 @@ class Plugin(BasePlugin):
             self._creds = host.credentials(self.window, s)
             client = WorkerClient(s, self.banks_dir(), self._creds, mode=s.engine_mode, app="PyGPT")
             client.start()
+            from memoryplus.plugin.cache import bank_events_listener   # what other clients change
+            client.subscribe(bank_events_listener(self.cache, lambda: self.queue))
             self.client = client
             queue = IngestQueue(self.user_dir() / "spool", s, self._ingest_batch)
             queue.start()

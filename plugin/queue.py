@@ -273,10 +273,13 @@ class IngestQueue(QueueState):
 
     def forgotten(self, bank: str, turn_ids: list[str] | None = None) -> None:
         """The worker forgot these stored turns (None: it cleared the bank). Their held copies
-        leave the spool at once, so that no replay stores them again."""
+        leave the spool at once, so that no replay stores them again, and so does a newer
+        version still waiting (another client may have forgotten them: it must not come back)."""
         with self._lock:
             self._drop_held(bank, None if turn_ids is None else {str(t) for t in turn_ids})
             self._kick()
+        for turn_id in turn_ids or ():
+            self.remove(bank, str(turn_id))
 
     # ── what the UI shows ───────────────────────────────────────────────────────────────
     def counts(self) -> dict[str, Any]:

@@ -34,8 +34,8 @@ D = '__import__("memoryplus.config.schema", fromlist=["Settings"]).Settings().{i
 MUTATIONS: dict[str, list[tuple[str, str, str]]] = {
     "auto_ingest": [("plugin/plugin.py", "if not self.settings.auto_ingest:", "if not {D}:")],
     "engine_mode": [("plugin/plugin.py", "mode=s.engine_mode, app=", "mode={D}, app="),
-                    ("client/worker_client.py", "return self._mode_arg or self.settings.engine_mode",
-                     "return self._mode_arg or {D}")],
+                    ("client/launcher.py", "return self.mode_arg or self.settings.engine_mode",
+                     "return self.mode_arg or {D}")],
     "inject_context": [("plugin/plugin.py", "if not s.inject_context or ctx is None", "if not {D} or ctx is None"),
                        ("plugin/plugin.py", "or not self.settings.inject_context:", "or not {D}:")],
     "context_limit": [("plugin/plugin.py", '"limit": s.context_limit}', '"limit": {D}}'),
@@ -120,12 +120,12 @@ MUTATIONS: dict[str, list[tuple[str, str, str]]] = {
     "batch_delay_ms": [("plugin/queue.py", "int(settings.batch_delay_ms)", "int({D})")],
     "retry_attempts": [("plugin/queue.py", "int(settings.retry_attempts)", "int({D})")],
     "retry_backoff_ms": [("plugin/queue.py", "int(settings.retry_backoff_ms)", "int({D})")],
-    "runner_timeout_s": [("client/worker_client.py", "float(self.settings.runner_timeout_s)", "float({D})"),
+    "runner_timeout_s": [("client/percall.py", "float(self.settings.runner_timeout_s)", "float({D})"),
                          ("plugin/plugin.py", "self.settings.runner_timeout_s * len(turns)", "{D} * len(turns)")],
     "custom_analysis_prompt": [("engine/bank_pool.py", "mode_spec(s.memory_mode, s.custom_analysis_prompt,",
                                 "mode_spec(s.memory_mode, {D},")],
     "max_llm_calls_per_hour": [("plugin/plugin.py", "limit = self.settings.max_llm_calls_per_hour", "limit = {D}")],
-    "worker_python": [("client/worker_client.py", "self.settings.worker_python.strip()", "{D}.strip()")],
+    "worker_python": [("client/launcher.py", "self.settings.worker_python.strip()", "{D}.strip()")],
 }
 
 IGNORE = shutil.ignore_patterns(".git", "__pycache__", ".venv", ".venv-*", "dist", "*.pyc", ".pytest_cache")

@@ -45,7 +45,7 @@ def clients():
     yield make
     pids: set[int] = set()
     for c in made:
-        pids |= c._own_pids
+        pids |= c._s.own_pids
         c.close(timeout=10)
     for pid in pids:
         wait_for(lambda: not P.pid_alive(pid), 10, what=f"worker {pid} to exit")
@@ -86,11 +86,11 @@ def test_a_malformed_llm_answer_stores_the_turn_locally_not_a_failure_or_a_bad_r
     assert episode_ids(c) == ["g1"]
 
     # the caller's own bad parameters (sent raw, past the client's own check) are a bad request
-    import socket
-    with socket.socket(socket.AF_UNIX) as sock:
-        sock.connect(c.status()["socket"] or P.socket_path_for(tmp_path / "data"))
-        sock.sendall(P.encode(P.Request(id="raw1", op="ingest", params={"bank": BANK, "turns": [{"id": ""}]})))
-        answer = P.decode(sock.makefile("rb").readline())
+    from memoryplus.wire import transport
+    info = P.live_worker(tmp_path / "data")
+    with transport.connect(info.family, info.socket, info.token) as conn:
+        conn.send_bytes(P.encode(P.Request(id="raw1", op="ingest", params={"bank": BANK, "turns": [{"id": ""}]})))
+        answer = P.decode(conn.recv_bytes())
     assert not answer.ok and answer.error.type == "BadRequest"
     assert "bad parameters for ingest" in answer.error.message
 

@@ -88,7 +88,7 @@ def clients():
     make.pids = pids  # type: ignore[attr-defined]
     yield make
     for c in made:
-        pids |= c._own_pids
+        pids |= c._s.own_pids
         c.close(timeout=10)
     for pid in pids:
         wait_for(lambda: gone(pid), 10, what=f"worker {pid} to exit")
@@ -341,7 +341,7 @@ def test_hung_request_times_out_late_answer_dropped_garbage_skipped_secrets_kept
     with pytest.raises(RequestTimeout):
         short.result()
     wait_for(lambda: c.status()["late_answers_dropped"] >= 2, 10, what="late answers")
-    assert c.status()["in_flight"] == 0 and not [p for p in c._pending.values() if not p.internal], \
+    assert c.status()["in_flight"] == 0 and not [p for p in c.requests.pending.values() if not p.internal], \
         "nothing is kept for a request that timed out"
 
     # garbage on the worker's stdout is skipped, the stream goes on
@@ -396,7 +396,7 @@ def test_worker_exiting_at_start_auto_falls_back_to_per_call_persistent_reports(
     assert any("City1" in r["text"] for r in results)
     print(f"\n[timing] auto fallback: first answer {time.monotonic() - t0:.2f} s after submit")
     # once the persistent worker can start again, auto goes back to it
-    c._test_hooks.clear()
+    c.launcher.test_hooks.clear()
     wait_for(lambda: c.status()["using"] == "persistent" and c.status()["state"] == "ready", 30,
              what="auto to return to the persistent worker")
     assert c.call("stats", {"bank": BANK})["episodes"] == 2
@@ -522,7 +522,7 @@ def test_per_call_worker_is_killed_at_the_runner_timeout(data_dir, clients, hook
     with pytest.raises(RequestTimeout, match="Runner Timeout"):
         fut.result()
     assert 5 <= time.monotonic() - t0 < 15
-    assert not c._percall_procs
+    assert not c.percall.procs
     assert not [p for p in psutil.Process().children(recursive=True) if "memoryplus.worker" in " ".join(p.cmdline())]
 
 

@@ -2,7 +2,7 @@
 
 One message per line, UTF-8, ASCII-escaped JSON (so a line never contains a raw newline or
 an unpaired surrogate). The same protocol runs over the worker's stdin/stdout (the process
-that started it) and over its local socket (other processes of the same user).
+that started it) and over its transport (other processes of the same user: wire/transport.py).
 
 Client → worker:
 
@@ -25,6 +25,42 @@ Every request carries a client-chosen id; the answer carries it back. A client d
 answer whose id it no longer waits for (a request that timed out). Writes are idempotent in
 the engine (caller ids on every turn), so a client may re-send any unanswered request to a
 new worker after a crash.
+
+One worker per data directory, and what it owes its clients
+-------------------------------------------------------------
+
+The process that starts a persistent worker (PyGPT's plugin, or the CLI when nothing else
+runs) is its *owner*: its config message, on the worker's stdin, carries the settings and the
+credentials that govern every bank of that data directory for the worker's whole life, and
+only the owner may change them (`update_settings`) or stop the worker (`shutdown`):
+`OWNER_ONLY`. Every other process is a *socket client*: it reaches the worker through the
+transport of wire/transport.py (the address and token in worker.json), and its own settings
+and credentials are never sent nor applied. What governs a bank besides: the embedder the
+bank was built with, recorded in its manifest; settings that resolve another embedder get
+`EmbeddingMismatchError`, naming what the bank was built with and how to fix it (re-embed, or
+switch the embedding settings back), from every operation on that bank, for every client.
+
+A socket client therefore says who it is first (`hello`, before any other request): its app,
+its protocol version, and the fingerprint of its settings, which is the values of the options
+in `GOVERNING_SETTINGS` minus the secrets (secrets are not compared and never leave the
+client). The worker answers a `HelloResult`: the owner, every governing option whose value
+differs from the client's (`differs`: the worker's value, which is used, and the client's,
+which is not), and every bank whose recorded embedder differs from what the client's
+embedding settings would choose (`embedders`: what it was built with, and the fix). Nothing
+is refused for a difference: the client works under the owner's settings and is told so
+(`WorkerClient.status()["conflicts"]`, and one warning in its log). A client of another
+protocol version is refused (`ProtocolMismatch`).
+
+Events the worker pushes to every client (the owner and each socket client), before it
+answers the request that caused them, so that a client's caches never outlive what another
+client changed:
+
+    {"event": "bank_changed", "data": {"bank": "…", "op": "ingest", "origin": "socket#2"}}
+        after an ingest, remember, import, clear, reembed, rate, prune or expire that
+        succeeded (`cleared`: true after a clear)
+    {"event": "forgotten", "data": {"bank": "…", "ids": [...], "caller_ids": [...], "origin": …}}
+        after a forget that removed something: the result ids and the caller ids (the
+        plugin's turn ids) of the episodes removed
 """
 from __future__ import annotations
 
@@ -50,6 +86,20 @@ WORKER_FILE = "worker.json"
 WORKER_LOCK = "worker.lock"
 LOG_DIR = "logs"
 LOG_FILE = "worker.log"
+# Events pushed to every client when a bank changes (see the module docstring).
+BANK_CHANGED, FORGOTTEN = "bank_changed", "forgotten"
+BANK_EVENTS = frozenset({BANK_CHANGED, FORGOTTEN})
+# The options the engine reads: the worker's owner's values govern every bank of the data
+# directory (tests/test_worker.py checks that every option engine/ reads is here).
+GOVERNING_SETTINGS = frozenset({
+    "backend", "neo4j_uri", "neo4j_user", "neo4j_password", "neo4j_database", "kuzu_buffer_pool_mb",
+    "memory_mode", "custom_analysis_prompt", "extraction_engine", "llm_provider", "graphiti_model",
+    "graphiti_temperature", "max_context_tokens", "override_base_url", "override_api_key",
+    "insight_model", "insight_temperature", "embedding_provider", "embedding_model",
+    "embedding_base_url", "embedding_api_key", "max_memory_length", "emotion_tagging",
+    "emotion_sensitivity", "topic_tagging", "vibe_scoring", "auto_prune", "low_value_threshold",
+    "memory_expiry_days", "custom_memory_tags", "search_depth",
+})
 
 
 class ProtocolError(ValueError):
@@ -177,6 +227,63 @@ class CancelParams(_Msg):
     id: str
 
 
+class HelloParams(_Msg):
+    """A socket client's first request: who it is and its settings' fingerprint."""
+    app: str = "memoryplus"
+    protocol: int = PROTOCOL_VERSION
+    settings: dict[str, Any] = Field(default_factory=dict)    # settings_fingerprint()
+
+
+class SettingDifference(_Msg):
+    option: str
+    worker: Any = None        # the value that governs the bank (the owner's)
+    client: Any = None        # the client's own value, which is not applied
+
+
+class EmbedderConflict(_Msg):
+    bank: str
+    built_with: str           # the embedder id the bank's manifest records
+    dim: int = 0
+    yours: str                # what the client's embedding settings would choose
+    message: str              # what the bank was built with, and how to fix it
+
+
+class HelloResult(_Msg):
+    pid: int
+    app: str                  # the owner's app ("PyGPT")
+    owner_pid: int | None = None
+    protocol: int = PROTOCOL_VERSION
+    differs: list[SettingDifference] = Field(default_factory=list)
+    embedders: list[EmbedderConflict] = Field(default_factory=list)
+
+    def conflicts(self) -> list[str]:
+        """One line per difference, for a status view or a log (values are not secrets)."""
+        out = [f"{d.option}: the worker of {self.app} uses {d.worker!r}, not yours ({d.client!r})"
+               for d in self.differs]
+        return out + [e.message for e in self.embedders]
+
+
+def settings_fingerprint(settings: Any) -> dict[str, Any]:
+    """What a client tells a worker of its settings: the governing options, secrets left out."""
+    from memoryplus.config.schema import SECRET_OPTIONS
+    data = settings.model_dump(mode="json") if isinstance(settings, BaseModel) else dict(settings)
+    return {k: data[k] for k in sorted(GOVERNING_SETTINGS - SECRET_OPTIONS) if k in data}
+
+
+class BankChangedData(_Msg):
+    bank: str
+    op: str
+    origin: str = ""
+    cleared: bool = False
+
+
+class ForgottenData(_Msg):
+    bank: str
+    ids: list[str] = Field(default_factory=list)          # result ids removed
+    caller_ids: list[str] = Field(default_factory=list)   # caller ids (turn ids) of the episodes removed
+    origin: str = ""
+
+
 # test-only ops
 class SleepParams(_Msg):
     seconds: float = Field(ge=0.0, le=3600.0)
@@ -248,6 +355,7 @@ OPS: dict[str, OpSpec] = dict([
     _op("cancel", CancelParams, "control", bool, counts=False),
     _op("update_settings", UpdateSettingsParams, "control", dict[str, Any], exclusive=True),
     _op("shutdown", ShutdownParams, "control", dict[str, Any], counts=False),
+    _op("hello", HelloParams, "control", HelloResult, counts=False),
     # test hooks
     _op("sleep", SleepParams, "read", float, test=True),
     _op("junk", JunkParams, "control", int, test=True),
@@ -256,8 +364,11 @@ OPS: dict[str, OpSpec] = dict([
     _op("crash", CrashParams, "write", type(None), test=True),
 ])
 NOT_ACCEPTED = "NotAccepted"
+PROTOCOL_MISMATCH = "ProtocolMismatch"
 # Ops another process may not send through the socket: the worker belongs to its starter.
 OWNER_ONLY = frozenset({"update_settings", "shutdown"})
+# Ops the client sends itself (its methods and its connection set-up), never through submit().
+CLIENT_INTERNAL = OWNER_ONLY | {"cancel", "ping", "hello"}
 
 
 def op_spec(op: str) -> OpSpec:
@@ -343,9 +454,11 @@ def error_response(request_id: str, exc: BaseException | str, type_: str | None 
 
 # ── finding a running worker: worker.json in the data directory ───────────────────────────
 class WorkerInfo(_Msg):
-    """What worker.json records of the persistent worker serving a data directory."""
+    """What worker.json (0600) records of the persistent worker serving a data directory."""
     pid: int
-    socket: str
+    socket: str                       # the address: a socket path, a pipe name, or 127.0.0.1:port
+    family: str = "AF_UNIX"           # wire/transport.py's family
+    token: str = ""                   # proves a client may talk to it (wire/transport.py)
     app: str = "memoryplus"
     owner_pid: int | None = None
     started: float = 0.0
@@ -421,7 +534,9 @@ def live_worker(data_dir) -> WorkerInfo | None:
     not recycling (a stale file, whose pid is dead, is ignored: the next worker replaces it)."""
     import os
     info = read_worker_file(data_dir)
-    if info is None or info.recycling or not pid_alive(info.pid) or not os.path.exists(info.socket):
+    if info is None or info.recycling or not pid_alive(info.pid):
+        return None
+    if info.family == "AF_UNIX" and not os.path.exists(info.socket):
         return None
     return info
 

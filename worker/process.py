@@ -15,10 +15,16 @@ data directory (and warnings to stderr), secrets masked.
 
 Roles:
 - persistent: serves requests until stdin reaches EOF or a shutdown request, also listens on
-  a Unix socket recorded in `worker.json` (so the CLI or another window reaches it instead of
-  fighting for the Kuzu lock); when idle, runs the engine's maintenance and exits cleanly for
+  the transport recorded in `worker.json` (worker/listener.py: so the CLI or another window
+  reaches it instead of fighting for the Kuzu lock; wire/protocol.py says what it owes them:
+  the hello, the governing settings, the bank events); when idle, runs the engine's maintenance and exits cleanly for
   recycling after a number of operations or past a memory bound (its client starts the next).
 - oneshot: one request (per-call mode), then EOF: finishes it, closes the bank, exits.
+
+The parts: worker/connections.py (the owner's pipe and the peers), worker/listener.py (the
+transport and worker.json), worker/gate.py (exclusive requests), worker/logs.py (the log),
+worker/governance.py (hello and events), worker/maintenance.py (idle time, recycling); this
+module runs the requests and the life cycle.
 
 At the end it answers (or cancels, after a bounded grace time) what is in flight, closes the
 engine (releasing every Kuzu lock) and exits 0.
@@ -26,11 +32,8 @@ engine (releasing every Kuzu lock) and exits 0.
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
-import logging.handlers
 import os
-import queue
 import signal
 import sys
 import threading
@@ -44,153 +47,19 @@ from pydantic import ValidationError  # noqa: E402
 
 from memoryplus.wire import protocol as P  # noqa: E402
 from memoryplus.common import redact  # noqa: E402
+from memoryplus.wire.transport import Sender  # noqa: E402
+from memoryplus.worker import governance, maintenance  # noqa: E402
+from memoryplus.worker.connections import Conn, SocketConn, StdioConn, stdout_writer  # noqa: E402
+from memoryplus.worker.gate import Gate  # noqa: E402
+from memoryplus.worker.listener import Listener  # noqa: E402
+from memoryplus.worker.logs import setup_logging  # noqa: E402
 
 log = logging.getLogger("memoryplus.worker")
 EXIT_OK, EXIT_BAD_CONFIG, EXIT_TEST_START_FAILURE = 0, 2, 3
 
 
-class LineWriter:
-    """Protocol lines to a file descriptor, written by a thread so that the event loop never
-    blocks on a full pipe."""
-
-    def __init__(self, fd: int):
-        self._file = os.fdopen(fd, "wb", buffering=0)
-        self._queue: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
-        self.broken = False
-        self._thread = threading.Thread(target=self._run, name="protocol-out", daemon=True)
-        self._thread.start()
-
-    def send(self, data: bytes) -> None:
-        self._queue.put(data)
-
-    def _run(self) -> None:
-        while True:
-            data = self._queue.get()
-            if data is None:
-                break
-            if self.broken:
-                continue
-            try:
-                self._file.write(data)
-            except OSError:  # the client is gone; stdin EOF ends the worker
-                self.broken = True
-
-    def close(self, timeout: float = 5.0) -> None:
-        self._queue.put(None)
-        self._thread.join(timeout)
-        try:
-            self._file.close()
-        except OSError:
-            pass
-
-
-class Conn:
-    """One client connection: the starter's stdin/stdout or a socket peer."""
-    _next = 0
-
-    def __init__(self, name: str, owner: bool):
-        Conn._next += 1
-        self.key = Conn._next
-        self.name = name
-        self.owner = owner
-        self.closed = False
-
-    def send(self, data: bytes) -> None:
-        raise NotImplementedError
-
-
-class StdioConn(Conn):
-    def __init__(self, writer: LineWriter):
-        super().__init__("stdio", owner=True)
-        self.writer = writer
-
-    def send(self, data: bytes) -> None:
-        self.writer.send(data)
-
-
-class SocketConn(Conn):
-    def __init__(self, writer: asyncio.StreamWriter, n: int):
-        super().__init__(f"socket#{n}", owner=False)
-        self.writer = writer
-
-    def send(self, data: bytes) -> None:
-        if self.closed or self.writer.is_closing():
-            return
-        try:
-            self.writer.write(data)
-        except (ConnectionError, RuntimeError):
-            self.closed = True
-
-
-class Gate:
-    """Requests share the engine; an exclusive one (settings change, maintenance) waits for
-    the running ones to finish and holds new ones back until it is done."""
-
-    def __init__(self):
-        self._cond = asyncio.Condition()
-        self._active = 0
-        self._exclusive = False
-
-    async def enter(self, exclusive: bool) -> None:
-        async with self._cond:
-            await self._cond.wait_for(lambda: not self._exclusive)
-            if exclusive:
-                self._exclusive = True
-                await self._cond.wait_for(lambda: self._active == 0)
-            else:
-                self._active += 1
-
-    async def leave(self, exclusive: bool) -> None:
-        async with self._cond:
-            if exclusive:
-                self._exclusive = False
-            else:
-                self._active -= 1
-            self._cond.notify_all()
-
-
-def _secrets_of(settings: dict[str, Any], credentials: Any) -> list[str]:
-    from memoryplus.config.schema import SECRET_OPTIONS
-    out = [str(settings.get(k) or "") for k in SECRET_OPTIONS]
-    if credentials is not None:
-        out += [v for k, v in credentials.model_dump().items() if "key" in k and isinstance(v, str)]
-    return out
-
-
-class RedactingFormatter(logging.Formatter):
-    """Masks secrets in the whole formatted record, tracebacks included."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        return redact.redact(super().format(record))
-
-
-def setup_logging(data_dir: Path) -> Path:
-    log_dir = data_dir / P.LOG_DIR
-    log_dir.mkdir(parents=True, exist_ok=True)
-    path = log_dir / P.LOG_FILE
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    os.close(fd)
-    fmt = RedactingFormatter("%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s")
-    file_handler = logging.handlers.RotatingFileHandler(path, maxBytes=2_000_000, backupCount=3,
-                                                        encoding="utf-8")
-    file_handler.setFormatter(fmt)
-    err_handler = logging.StreamHandler(sys.stderr)
-    err_handler.setLevel(logging.WARNING)
-    err_handler.setFormatter(fmt)
-    root = logging.getLogger()
-    root.handlers[:] = [file_handler, err_handler]
-    root.setLevel(logging.INFO)
-    redact.install_log_filter(root)
-    logging.captureWarnings(True)
-    import warnings
-    warnings.simplefilter("ignore", DeprecationWarning)
-    for noisy in ("httpx", "httpcore", "neo4j", "openai", "urllib3"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-    return path
-
-
 class WorkerServer:
-    def __init__(self, cfg: P.ConfigMessage, out: LineWriter, stdin, hooks: bool):
+    def __init__(self, cfg: P.ConfigMessage, out: Sender, stdin, hooks: bool):
         self.cfg = cfg
         self.limits = cfg.limits
         self.out = out
@@ -208,11 +77,7 @@ class WorkerServer:
         self.stop_reason = ""
         self.grace: float | None = self.limits.shutdown_grace_s
         self.shutdown_waiters: list[tuple[Conn, str]] = []
-        self.sockets: set[SocketConn] = set()
-        self.socket_path: str | None = None
-        self._server: asyncio.AbstractServer | None = None
-        self._lock_fd: int | None = None
-        self._n_sockets = 0
+        self.listener: Listener | None = None
         self.engine = None
 
     # ── life cycle ─────────────────────────────────────────────────────────────────────
@@ -232,7 +97,10 @@ class WorkerServer:
                 "type": type(exc).__name__, "message": redact.redact(str(exc))})))
             return EXIT_BAD_CONFIG
         if self.cfg.role == "persistent":
-            await self._start_socket()
+            self.listener = Listener(self.data_dir, self.cfg.app, self.cfg.owner_pid, self.loop,
+                                     on_open=self._peer_opened, on_line=self._on_line,
+                                     on_close=self._peer_closed)
+            self.listener.start()
         else:
             self.grace = None  # per-call: the client's Runner Timeout bounds the process
         try:
@@ -243,7 +111,7 @@ class WorkerServer:
         log.info("worker ready (%s, pid %d, extraction %s, %.2f s after start)", self.cfg.role,
                  os.getpid(), self.engine.extraction, time.monotonic() - self.started)
         threading.Thread(target=self._read_stdin, name="protocol-in", daemon=True).start()
-        maint = self.loop.create_task(self._maintenance()) if self.cfg.role == "persistent" else None
+        maint = self.loop.create_task(maintenance.run(self)) if self.cfg.role == "persistent" else None
         await self.stopping.wait()
         if maint is not None:   # let a running maintenance finish (it may be closing a bank)
             await asyncio.wait([maint], timeout=30)
@@ -256,7 +124,9 @@ class WorkerServer:
                 "extraction": self.engine.extraction if self.engine else None,
                 "embedder": self.engine.embedder_status() if self.engine else None,
                 "backend": self.engine.settings.backend if self.engine else None,
-                "socket": self.socket_path, "python": sys.executable}
+                "socket": self.listener.address if self.listener else None,
+                "transport": self.listener.family if self.listener and self.listener.address else None,
+                "python": sys.executable}
 
     def _on_sigterm(self) -> None:
         """Stop soon, but cleanly: running requests get a short grace, then are cancelled,
@@ -270,14 +140,14 @@ class WorkerServer:
         self.stop_reason, self.recycle = reason, recycle
         self.accepting = False
         log.info("worker stopping: %s", reason)
-        if recycle:
-            self._mark_recycling()
+        if recycle and self.listener is not None:
+            self.listener.mark_recycling()
             self.stdio.send(P.encode(P.Event(event="recycling", data={"reason": reason})))
         self.stopping.set()
 
     async def _finish(self) -> None:
-        if self._server is not None:
-            self._server.close()
+        if self.listener is not None:
+            self.listener.stop_accepting()
         pending = [t for t, _ in self.tasks.values()]
         if pending:
             done, still = await asyncio.wait(pending, timeout=self.grace)
@@ -291,98 +161,59 @@ class WorkerServer:
             await asyncio.wait_for(self.engine.close(), timeout=30)
         except Exception as exc:
             log.error("closing the engine failed: %s: %s", type(exc).__name__, exc)
-        self._stop_socket()
+        if self.listener is not None:
+            self.listener.close(keep_file=self.recycle)
         for conn, rid in self.shutdown_waiters:
             conn.send(P.encode(P.Response(id=rid, ok=True, result={
                 "closed": True, "reason": self.stop_reason, "pid": os.getpid()})))
-        for s in list(self.sockets):
-            try:
-                s.writer.close()
-            except Exception:
-                pass
+        if self.listener is not None:
+            self.listener.close_peers()
         log.info("worker stopped (%s) after %d operation(s), %.1f s", self.stop_reason,
                  self.ops_done, time.monotonic() - self.started)
 
-    # ── the socket other processes reach us by ─────────────────────────────────────────
-    async def _start_socket(self) -> None:
-        if os.name != "posix" or not hasattr(asyncio, "start_unix_server"):
-            log.info("no local socket on this platform; other processes cannot share this worker")
-            return
-        import fcntl
-        try:
-            fd = os.open(self.data_dir / P.WORKER_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                os.close(fd)
-                other = P.read_worker_file(self.data_dir)
-                log.warning("another worker (pid %s) already serves %s; not listening",
-                            other.pid if other else "?", self.data_dir)
-                return
-            self._lock_fd = fd
-            path = P.socket_path_for(self.data_dir)
-            try:
-                os.unlink(path)  # a stale socket of a dead worker
-            except FileNotFoundError:
-                pass
-            old = os.umask(0o177)
-            try:
-                self._server = await asyncio.start_unix_server(self._on_socket, path=path, limit=2 ** 30)
-            finally:
-                os.umask(old)
-            os.chmod(path, 0o600)
-            self.socket_path = path
-            P.write_worker_file(self.data_dir, P.WorkerInfo(
-                pid=os.getpid(), socket=path, app=self.cfg.app, owner_pid=self.cfg.owner_pid,
-                started=time.time()))
-        except OSError as exc:
-            log.warning("cannot listen on a local socket: %s", exc)
+    # ── peers of the transport (worker/listener.py) ───────────────────────────────────
+    @property
+    def sockets(self) -> set[SocketConn]:
+        return self.listener.conns if self.listener is not None else set()
 
-    def _mark_recycling(self) -> None:
-        info = P.read_worker_file(self.data_dir)
-        if info is not None and info.pid == os.getpid():
-            info.recycling = True
-            try:
-                P.write_worker_file(self.data_dir, info)
-            except OSError:
-                pass
-
-    def _stop_socket(self) -> None:
-        if self.socket_path:
-            if not self.recycle:
-                P.remove_worker_file(self.data_dir, os.getpid())
-            try:
-                os.unlink(self.socket_path)
-            except OSError:
-                pass
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)  # releases the flock
-            self._lock_fd = None
-
-    async def _on_socket(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self._n_sockets += 1
-        conn = SocketConn(writer, self._n_sockets)
-        self.sockets.add(conn)
+    def _peer_opened(self, conn: SocketConn) -> None:
         log.info("%s connected", conn.name)
+
+    def _peer_closed(self, conn: SocketConn) -> None:
+        for (key, _rid), (task, spec) in list(self.tasks.items()):
+            if key == conn.key and spec.cancellable:
+                task.cancel()  # nobody is waiting for this read any more
+        log.info("%s disconnected", conn.name)
+
+    def _hello(self, conn: Conn, msg: P.Request) -> None:
+        """A socket client says who it is: told what governs (worker/governance.py)."""
         try:
-            while True:
-                line = await reader.readline()
-                if not line:
-                    break
-                self._on_line(conn, line)
-        except (ConnectionError, ValueError, asyncio.LimitOverrunError) as exc:
-            log.warning("%s: %s", conn.name, exc)
-        finally:
-            conn.closed = True
-            self.sockets.discard(conn)
-            for (key, _rid), (task, spec) in list(self.tasks.items()):
-                if key == conn.key and spec.cancellable:
-                    task.cancel()  # nobody is waiting for this read any more
-            try:
-                writer.close()
-            except Exception:
-                pass
-            log.info("%s disconnected", conn.name)
+            params = P.HelloParams.model_validate(msg.params)
+        except ValidationError as exc:
+            conn.send(P.encode(P.error_response(msg.id, f"bad parameters for hello: {exc}", "BadRequest")))
+            return
+        if params.protocol != P.PROTOCOL_VERSION:
+            conn.send(P.encode(P.error_response(msg.id, (
+                f"this worker speaks protocol {P.PROTOCOL_VERSION}, the client {params.protocol}: "
+                f"{self.cfg.app} and this client run different memoryplus versions"),
+                P.PROTOCOL_MISMATCH)))
+            return
+        conn.app = params.app
+        result = governance.hello(self.engine, self.cfg, params)
+        if result.differs:
+            log.info("%s (%s) runs under this worker's settings; its own differ in %s", conn.name,
+                     params.app, ", ".join(d.option for d in result.differs))
+        conn.send(P.encode(P.Response(id=msg.id, ok=True, result=result.model_dump(mode="json"))))
+
+    def _announce(self, origin: Conn, op: str, params: Any, result: Any) -> None:
+        """Tell every client what a request changed, before its answer (worker/governance.py)."""
+        event = governance.bank_event(op, params, result, origin.name)
+        if event is None:
+            return
+        data = P.encode(event)
+        for conn in [self.stdio, *self.sockets]:
+            if not conn.closed:
+                conn.send(data)
 
     # ── requests ───────────────────────────────────────────────────────────────────────
     def _read_stdin(self) -> None:
@@ -440,6 +271,9 @@ class WorkerServer:
         if msg.op == "cancel":
             self._cancel(conn, msg)
             return
+        if msg.op == "hello":
+            self._hello(conn, msg)
+            return
         key = (conn.key, msg.id)
         if key in self.tasks:
             log.warning("%s: request %s is already running", conn.name, msg.id)
@@ -469,8 +303,9 @@ class WorkerServer:
             if spec.lane != "control" or spec.exclusive:
                 await self.gate.enter(spec.exclusive)
                 entered = True
-            result = await self._dispatch(conn, msg.op, params)
-            resp = P.Response(id=msg.id, ok=True, result=P.to_jsonable(result))
+            result = P.to_jsonable(await self._dispatch(conn, msg.op, params))
+            resp = P.Response(id=msg.id, ok=True, result=result)
+            self._announce(conn, msg.op, params, result)
         except asyncio.CancelledError:
             resp = P.error_response(msg.id, "the request was cancelled", "Cancelled")
         except _BadParams as bad:
@@ -550,7 +385,7 @@ class WorkerServer:
         if op == "update_settings":
             from memoryplus.config.schema import validate
             settings = validate(p.settings)
-            redact.register(*_secrets_of(p.settings, p.credentials))
+            redact.register_config(p.settings, p.credentials)
             await e.update_settings(settings, p.credentials)
             log.info("settings updated (extraction %s, backend %s)", e.extraction, settings.backend)
             return {"extraction": e.extraction, "backend": settings.backend}
@@ -583,55 +418,16 @@ class WorkerServer:
         info = dict(await self.engine.health())
         info.update(self._identity())
         info.update({"uptime_s": round(time.monotonic() - self.started, 3),
-                     "rss_mb": round(_rss_mb(), 1),
+                     "rss_mb": round(maintenance.rss_mb(), 1),
                      "in_flight": sum(1 for _, s in self.tasks.values() if s.counts),
                      "ops": self.ops_done, "sockets": len(self.sockets),
                      "memory_returned_mb": round(self.memory_returned_mb, 1),
                      "app": self.cfg.app})
         return info
 
-    # ── maintenance and recycling (when idle) ──────────────────────────────────────────
+    # ── maintenance and recycling (when idle): worker/maintenance.py ─────────────────
     def _busy(self) -> bool:
         return any(s.counts for _, s in self.tasks.values())
-
-    def _recycle_reason(self) -> str | None:
-        lim = self.limits
-        if lim.recycle_after_ops and self.ops_done >= lim.recycle_after_ops:
-            return f"recycling after {self.ops_done} operations"
-        if lim.recycle_rss_mb and self.ops_done:   # a fresh worker never recycles
-            rss = _rss_mb()
-            if rss > lim.recycle_rss_mb:
-                return f"recycling at {rss:.0f} MB resident memory (bound {lim.recycle_rss_mb} MB)"
-        return None
-
-    async def _maintenance(self) -> None:
-        maintained_at = 0.0
-        tick = max(0.05, min(0.5, self.limits.idle_s / 2))
-        while not self.stopping.is_set():
-            try:
-                await asyncio.wait_for(self.stopping.wait(), tick)
-                return
-            except asyncio.TimeoutError:
-                pass
-            now = time.monotonic()
-            if self._busy() or now - self.last_activity < self.limits.idle_s:
-                continue
-            if self.last_activity > maintained_at or now - maintained_at > 60:
-                maintained_at = now
-                await self.gate.enter(True)
-                try:
-                    if await self.engine.maintain():
-                        log.info("maintenance reopened bank(s) whose Kuzu memory had grown")
-                except Exception:
-                    log.exception("maintenance failed")
-                finally:
-                    await self.gate.leave(True)
-                self.memory_returned_mb += _return_free_memory()
-            if self._busy() or not self.accepting:
-                continue
-            reason = self._recycle_reason()
-            if reason:
-                self.begin_stop(reason, recycle=True)
 
 
 class _ModelAnswerProviderError(RuntimeError):
@@ -644,35 +440,6 @@ class _BadParams(Exception):
         self.error = error
 
 
-def _return_free_memory() -> float:
-    """Give the heap's free pages back to the system (glibc's malloc_trim; elsewhere nothing).
-    An ingest frees much of what it allocated, but glibc keeps it: ~65 MB after 100 turns on a
-    5,000-turn bank, for ~9 ms of work once idle. Returns the MB the resident size fell by."""
-    trim = _malloc_trim()
-    if trim is None:
-        return 0.0
-    before = _rss_mb()
-    trim(0)
-    return max(0.0, before - _rss_mb())
-
-
-@functools.lru_cache(maxsize=1)     # looked up once: maintenance calls it on every idle round
-def _malloc_trim():
-    try:
-        import ctypes
-        return ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError):
-        return None
-
-
-def _rss_mb() -> float:
-    try:
-        import psutil
-        return psutil.Process().memory_info().rss / 1048576
-    except Exception:
-        return 0.0
-
-
 def main() -> int:
     # The protocol keeps the real stdout; descriptor 1 (print, native writes) goes to stderr.
     proto_fd = os.dup(1)
@@ -682,7 +449,7 @@ def main() -> int:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C in PyGPT's terminal is the parent's
     except (ValueError, OSError):
         pass
-    out = LineWriter(proto_fd)
+    out = stdout_writer(proto_fd)
     stdin = sys.stdin.buffer
     first = stdin.readline()
     if not first.strip():
@@ -699,7 +466,7 @@ def main() -> int:
         out.send(P.encode(P.Event(event="fatal", data={"type": "ProtocolError", "message": str(exc)})))
         out.close()
         return EXIT_BAD_CONFIG
-    redact.register(*_secrets_of(msg.settings, msg.credentials))
+    redact.register_config(msg.settings, msg.credentials)
     data_dir = Path(msg.data_dir)
     try:
         data_dir.mkdir(parents=True, exist_ok=True)
