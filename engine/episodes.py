@@ -21,6 +21,8 @@ from memoryplus.common.isodates import parse_iso
 META_PREFIX = '{"mp": 1'
 PENDING, COMPLETE = "pending", "complete"
 PENDING_PREFIX = '{"mp": 1, "state": "pending"'
+# A local fact's own tags, in its attributes (beside the rating): the sentence it came from.
+FACT_TAGS = "mp_tags"
 TAG_LABELS = ("Topic", "Emotion")          # entity labels that are tags, not memories
 SUMMARY_MAX = 1000
 

@@ -6,7 +6,7 @@ from datetime import datetime
 from typing import Any
 
 from memoryplus.engine.bank_pool import Bank, BankPool
-from memoryplus.engine.episodes import COMPLETE, TAG_LABELS, EpisodeMeta, ts
+from memoryplus.engine.episodes import COMPLETE, FACT_TAGS, TAG_LABELS, EpisodeMeta, ts
 from memoryplus.wire.records import SearchResult, as_utc
 
 # Fusion weights, tuned on tests/data retrieval set (see tests/test_retrieval_quality.py):
@@ -100,6 +100,9 @@ def _append_result(out: list[SearchResult], kind: str, c, behind: list[EpisodeMe
     """A fact or entity candidate as a result, with the turns behind it."""
     ids, tags = [m.id for m in behind], list(dict.fromkeys(x for m in behind for x in m.tags))
     if kind == "fact":
+        own = (c.attributes or {}).get(FACT_TAGS)
+        if own is not None:     # a local fact knows its sentence's tags; an LLM fact has its turn's
+            tags = list(own)
         out.append(SearchResult(id=c.uuid, kind="fact", text=c.fact, name=c.name,
                                 valid_at=ts(c.valid_at), invalid_at=ts(c.invalid_at),
                                 tags=tags, sources=ids, score=score))

@@ -10,7 +10,7 @@ from graphiti_core.utils.bulk_utils import add_nodes_and_edges_bulk
 
 from memoryplus.engine import extract as local_extract
 from memoryplus.engine.bank_pool import Bank, BankPool
-from memoryplus.engine.episodes import EpisodeMeta, append_summary, rule_summary, ts
+from memoryplus.engine.episodes import FACT_TAGS, EpisodeMeta, append_summary, rule_summary, ts
 from memoryplus.wire.records import utc_now
 
 
@@ -77,7 +77,9 @@ class LocalGraphWriter:
                 continue
             edge = EntityEdge(group_id=bank.slug, source_node_uuid=src, target_node_uuid=tgt,
                               created_at=now, name=fact.relation, fact=fact.fact,
-                              episodes=[episode.uuid], valid_at=episode.valid_at, reference_time=episode.valid_at)
+                              episodes=[episode.uuid], valid_at=episode.valid_at, reference_time=episode.valid_at,
+                              # the tags of the sentence it was said in, not of the whole turn
+                              attributes={FACT_TAGS: list(fact.tags)})
             if fact.functional:
                 for old in current:
                     old_valid = ts(old["valid_at"])

@@ -118,3 +118,15 @@ async def test_tags_say_what_the_text_is_about(engine):
     assert "topic:books" not in tags["1"], tags
     assert "emotion:sad" not in tags["2"], tags
     assert "topic:books" in tags["3"], tags       # the noun still is
+
+
+async def test_a_fact_carries_the_tags_of_its_own_sentence(engine):
+    """A turn's tags are not copied onto every fact from it (issue 18, behaviour 6): the
+    sadness of one sentence does not tag a fact told in another."""
+    await engine.ingest(BANK, [turn(1, "I'm so sad today, my old dog died this morning. "
+                                       "By the way, my sister Anna lives in Porto.")])
+    found = await engine.search(BANK, "where does Anna live", limit=10)
+    episode = next(r for r in found if r.kind == "episode")
+    fact = next(r for r in found if r.kind == "fact" and "Porto" in r.text)
+    assert "emotion:sad" in episode.tags, episode.tags      # the turn is sad
+    assert "emotion:sad" not in fact.tags, fact.tags        # where Anna lives is not
