@@ -102,7 +102,8 @@ class Plugin(BasePlugin):
         self.tabs = dict(TABS)
         # The defaults (plain values, no pydantic) until _build() has validated the saved ones.
         self.settings: Any = types.SimpleNamespace(**defaults())
-        self.client = None
+        self.client = None       # the WorkerClient under `service` (its life cycle is the service's)
+        self.service = None      # RemoteMemoryService: every memory operation goes through it
         self.queue = None
         self.cache = None
         self.sanitizer = None
@@ -216,6 +217,7 @@ class Plugin(BasePlugin):
             from memoryplus.plugin.queue import IngestQueue
             from memoryplus.plugin.sanitize import Sanitizer
             from memoryplus.client.worker_client import WorkerClient
+            from memoryplus.service.remote import RemoteMemoryService
             s = self.settings
             self.sanitizer = Sanitizer(s)
             for problem in self.sanitizer.problems:
@@ -226,6 +228,7 @@ class Plugin(BasePlugin):
             client = WorkerClient(s, self.banks_dir(), self._creds, mode=s.engine_mode, app="PyGPT")
             client.start()
             self.client = client
+            self.service = RemoteMemoryService(client)
             queue = IngestQueue(self.user_dir() / "spool", s, self._ingest_batch)
             queue.start()
             while True:   # turns that ended while we were starting, in order, with our settings
@@ -321,7 +324,7 @@ class Plugin(BasePlugin):
         if str(self.queue.counts().get("paused_reason") or "").startswith("LLM call limit"):
             self.queue.resume()   # the sink pauses again at once if the new limit is still spent
         self._creds = host.credentials(self.window, s)
-        self.client.update_settings(s, self._creds)
+        self.service.update_settings(s, self._creds)
 
     def shutdown(self, enabled: bool = True):  # PyGPT 2.9: on exit
         self._stop()
@@ -335,8 +338,8 @@ class Plugin(BasePlugin):
         try:
             if self.queue is not None:
                 self.queue.stop(timeout=5.0)      # what is not stored stays spooled
-            if self.client is not None:
-                self.client.close(timeout=10.0)
+            if self.service is not None:
+                self.service.close(timeout=10.0)
         except Exception as exc:
             log.warning("MemoryPlus shutdown: %s", exc)
         finally:
@@ -383,7 +386,7 @@ class Plugin(BasePlugin):
     # ── retrieval ──────────────────────────────────────────────────────────────────────
     def _start_search(self, ctx) -> None:
         s = self.settings
-        if not s.inject_context or ctx is None or self.client is None:
+        if not s.inject_context or ctx is None or self.service is None:
             return
         query = str(getattr(ctx, "input", "") or "").strip()
         if not query:
@@ -402,19 +405,19 @@ class Plugin(BasePlugin):
             return
         # A search racing a write to its bank must not be cached as if it were fresh.
         pending.generation = self.cache.generation(bank) if self.cache else None
-        future = self.client.submit("search", {"bank": bank, "query": query, "limit": s.context_limit},
-                                    timeout=SEARCH_TIMEOUT_S)
+        from memoryplus.wire.protocol import SearchParams
+        future = self.service.search(SearchParams(bank=bank, query=query, limit=s.context_limit),
+                                     timeout=SEARCH_TIMEOUT_S)
         future.add_done_callback(lambda f, p=pending: self._search_done(p, f))
 
     def _search_done(self, pending: PendingSearch, future) -> None:
+        from memoryplus.wire import errors
         try:
-            from memoryplus.wire.records import SearchResult
-            raw = future.result()
-            pending.results = [SearchResult.model_validate(r) for r in raw or []]
+            pending.results = list(future.result() or [])
             if self.cache is not None:
                 self.cache.put(pending.bank, pending.query, pending.results, generation=pending.generation)
         except Exception as exc:
-            if "unknown bank" not in str(exc):  # a preset's first chat: nothing stored yet
+            if not isinstance(exc, errors.UnknownBank):  # a preset's first chat: nothing stored yet
                 self.last_error = f"search failed: {exc}"
                 self.counters["errors"] += 1
             pending.results = []
@@ -489,8 +492,8 @@ class Plugin(BasePlugin):
     def _ingest_batch(self, bank: str, turns: list[Turn]):
         """The queue's sink: runs on the queue's thread, never the GUI thread."""
         from memoryplus.plugin.queue import IngestError
-        from memoryplus.client.worker_client import RequestTimeout, WorkerError, WorkerUnavailable
-        from memoryplus.wire.records import IngestReport
+        from memoryplus.wire import errors
+        from memoryplus.wire.protocol import IngestParams
         self._check_llm_budget()
         # Sanitized here, on the queue's thread: custom rules may take a while on long turns.
         clean = self.sanitizer.clean if self.sanitizer else (lambda t: t)
@@ -500,18 +503,15 @@ class Plugin(BasePlugin):
         defer = (self.settings.engine_mode != "subprocess" and self.queue is not None
                  and self.queue.waiting(bank) > 0)
         try:
-            raw = self.client.call("ingest", {"bank": bank, "turns": [t.model_dump(mode="json") for t in turns],
-                                              "defer_flush": defer},
-                                   timeout=max(60.0, self.settings.runner_timeout_s * len(turns)))
-        except WorkerError as exc:
-            retryable = exc.type not in ("BankNameError", "ValidationError", "EngineError")
+            report = self.service.ingest(IngestParams(bank=bank, turns=turns, defer_flush=defer),
+                                         timeout=max(60.0, self.settings.runner_timeout_s * len(turns))).result()
+        except errors.ServiceError as exc:
+            # a bad bank name or an engine's refusal stays as it is; anything else may pass
+            retryable = not isinstance(exc, (errors.BadBankName, errors.EngineFailure))
             self._storing_failed(str(exc))
             raise IngestError(str(exc), retryable=retryable) from None
-        except (RequestTimeout, WorkerUnavailable) as exc:
-            self._storing_failed(str(exc))
-            raise IngestError(str(exc), retryable=True) from None
         self._streak.clear()
-        report = IngestReport.model_validate(raw)    # flushed=False: the queue keeps them spooled
+        # flushed=False: the queue keeps them spooled
         if report.embedder.get("id"):
             self._bank_embedders[bank] = dict(report.embedder)
         if report.fallbacks:
@@ -573,7 +573,7 @@ class Plugin(BasePlugin):
 
         def say(text: str) -> None:   # from any thread: the reply shows in the chat
             self.replied.emit(typed.strip(), text)
-        if self.client is None or self.queue is None:
+        if self.service is None or self.queue is None:
             say("MemoryPlus is still starting; send the command again in a moment.")
             return
         bank = self.current_bank()
@@ -588,7 +588,8 @@ class Plugin(BasePlugin):
 
     def _remember(self, bank: str, text: str, say) -> None:
         if text:
-            fut = self.client.submit("remember", {"bank": bank, "text": text}, timeout=COMMAND_TIMEOUT_S)
+            from memoryplus.wire.protocol import RememberParams
+            fut = self.service.remember(RememberParams(bank=bank, text=text), timeout=COMMAND_TIMEOUT_S)
             fut.add_done_callback(lambda f: self._after(f, f"Remembered: {shorten(text, REPLY_TEXT)}",
                                                         bank, say))
             return
@@ -616,10 +617,11 @@ class Plugin(BasePlugin):
 
         def search_then_offer():
             # Turns still queued are stored first, so that they can be offered too.
+            from memoryplus.wire.protocol import ForgetParams
             try:
                 self.queue.flush(timeout=COMMAND_TIMEOUT_S)
-                fut = self.client.submit("forget", {"bank": bank, "text": text, "confirm": False},
-                                         timeout=COMMAND_TIMEOUT_S)
+                fut = self.service.forget(ForgetParams(bank=bank, text=text, confirm=False),
+                                          timeout=COMMAND_TIMEOUT_S)
             except Exception as exc:
                 say(f"Could not search the memories to forget: {_why(exc)}")
                 return
@@ -628,13 +630,14 @@ class Plugin(BasePlugin):
 
     def _forget_stored_turn(self, bank: str, turn: Turn, say) -> None:
         from memoryplus.wire.banks import episode_uuid, slug
+        from memoryplus.wire.protocol import ForgetParams
         try:
             self.queue.flush(timeout=COMMAND_TIMEOUT_S)
-            result = self.client.call("forget", {"bank": bank, "ids": [episode_uuid(slug(bank), turn.id)]},
-                                      timeout=COMMAND_TIMEOUT_S)
+            result = self.service.forget(ForgetParams(bank=bank, ids=[episode_uuid(slug(bank), turn.id)]),
+                                         timeout=COMMAND_TIMEOUT_S).result()
             self.cache.invalidate(bank)
             self.forgotten(bank, result)
-            gone = result.get("episodes_removed", 0) if isinstance(result, dict) else 0
+            gone = result.episodes_removed
             say(f"Forgot the last turn: {shorten(turn.user, REPLY_TEXT)}" if gone
                 else "That turn was not stored, so there was nothing to forget.")
         except Exception as exc:
@@ -646,8 +649,7 @@ class Plugin(BasePlugin):
         except Exception as exc:
             say(f"Could not search the memories to forget: {_why(exc)}")
             return
-        from memoryplus.wire.records import SearchResult
-        matches = [SearchResult.model_validate(m) for m in report.get("matches", [])]
+        matches = list(report.matches)
         if not matches:
             self._forget_offer = None
             say(f"Nothing matches “{shorten(text, REPLY_TEXT)}” strongly, so nothing was forgotten.")
@@ -674,7 +676,8 @@ class Plugin(BasePlugin):
         if not chosen:
             say("Nothing was forgotten.")
             return
-        fut = self.client.submit("forget", {"bank": bank, "ids": [m.id for m in chosen]}, timeout=COMMAND_TIMEOUT_S)
+        from memoryplus.wire.protocol import ForgetParams
+        fut = self.service.forget(ForgetParams(bank=bank, ids=[m.id for m in chosen]), timeout=COMMAND_TIMEOUT_S)
         what = "\n".join(f"- {shorten(readable(m.text), CONFIRM_TEXT)}" for m in chosen)
         fut.add_done_callback(lambda f: self._after(
             f, f"Forgot {plural(len(chosen), 'memory', 'memories')}:\n\n{what}", bank, say))
@@ -693,14 +696,15 @@ class Plugin(BasePlugin):
             say(f"MemoryPlus could not do that: {problem.text if problem else _why(exc)}")
 
     def forgotten(self, bank: str, report) -> None:
-        """After the worker forgot turns (a ForgetReport's `sources`; None for a cleared bank):
-        the queue's spool lets go of its copies, so no replay stores them again."""
+        """After the worker forgot turns (a ForgetReport's `sources`; None for a cleared bank;
+        another report, e.g. a remember's, forgot nothing): the queue's spool lets go of its
+        copies, so no replay stores them again."""
         if self.queue is None:
             return
         if report is None:
             self.queue.forgotten(bank)
-        elif isinstance(report, dict) and report.get("sources"):
-            self.queue.forgotten(bank, [str(s) for s in report["sources"]])
+        elif getattr(report, "sources", None):
+            self.queue.forgotten(bank, [str(s) for s in report.sources])
 
     # ── talking to the user (GUI thread only) ──────────────────────────────────────────
     def _report(self, text: str) -> None:
@@ -734,7 +738,7 @@ class Plugin(BasePlugin):
     def _problem(self, error: str):
         """The fixable cause behind an error text (see problems.py), or None."""
         from memoryplus.plugin.problems import diagnose
-        st = self.client.status() if self.client is not None else {}
+        st = self.service.status() if self.service is not None else {}
         return diagnose(error, python=st.get("python") or "", endpoints=self._endpoints(st))
 
     def _endpoints(self, st: dict) -> str:
@@ -758,7 +762,7 @@ class Plugin(BasePlugin):
         problem = self._problem(error)
         if problem is None and generic:
             from memoryplus.common.redact import redact
-            st = self.client.status() if self.client is not None else {}
+            st = self.service.status() if self.service is not None else {}
             python = st.get("python") or "python"
             problem = Problem(f"worker:{generic}", redact(
                 f"MemoryPlus's memory worker cannot run: {error[:400]}\n\nYour turns are kept on "
@@ -810,19 +814,19 @@ class Plugin(BasePlugin):
     def _ask_embedder(self, bank: str) -> None:
         """The embedder an existing bank was built with (it keeps it), asked once (off the GUI
         thread: the answer arrives on the client's thread)."""
-        if bank in self._asked_embedder or bank in self._bank_embedders or self.client is None:
+        if bank in self._asked_embedder or bank in self._bank_embedders or self.service is None:
             return
         self._asked_embedder.add(bank)
 
         def done(fut) -> None:
             try:
                 st = fut.result()
-                if isinstance(st, dict) and st.get("embedder"):
-                    self._bank_embedders.setdefault(bank, {"id": st["embedder"],
-                                                           "why": st.get("embedder_note") or ""})
+                if st.embedder:
+                    self._bank_embedders.setdefault(bank, {"id": st.embedder, "why": st.embedder_note or ""})
             except Exception:      # unknown bank (nothing stored yet): the new-bank choice shows
                 pass
-        self.client.submit("stats", {"bank": bank}, timeout=COMMAND_TIMEOUT_S).add_done_callback(done)
+        from memoryplus.wire.protocol import BankParams
+        self.service.stats(BankParams(bank=bank), timeout=COMMAND_TIMEOUT_S).add_done_callback(done)
 
     def _show_embedder(self, st: dict) -> None:
         """On the settings page, under Embedding Provider: the embedder in use and why."""
@@ -862,10 +866,10 @@ class Plugin(BasePlugin):
     def on_post_update(self):
         """Every second on the GUI thread: the status line and the daily expiry check."""
         try:
-            if not self._started or self.client is None:
+            if not self._started or self.service is None:
                 return
             self._maybe_expire()
-            st = self.client.status()
+            st = self.service.status()
             self._watch_worker(st)
             self._show_embedder(st)
             text = self.status_text()
@@ -879,9 +883,9 @@ class Plugin(BasePlugin):
         """*Restart worker* (the memory browser's button): start a new worker, which also closes
         an open crash-loop breaker, then requeue the turns that failed meanwhile. Returns the
         client's future (resolved once the worker is reachable); never blocks the GUI thread."""
-        if self.client is None:
+        if self.service is None:
             return None
-        fut = self.client.restart()
+        fut = self.service.restart()
 
         def requeue(f) -> None:
             if f.exception() is None and self.queue is not None:
@@ -891,7 +895,7 @@ class Plugin(BasePlugin):
         return fut
 
     def status_text(self) -> str:
-        st = self.client.status() if self.client else {}
+        st = self.service.status() if self.service else {}
         counts = self.queue.counts() if self.queue else {}
         parts = [f"{counts.get('pending', 0)} pending"]
         if counts.get("failed"):
@@ -919,9 +923,10 @@ class Plugin(BasePlugin):
         self._last_expiry = now
 
         def run():
+            from memoryplus.wire.protocol import ExpireParams
             try:
-                for bank in self.client.call("banks", {}, timeout=COMMAND_TIMEOUT_S):
-                    self.client.call("expire", {"bank": bank["name"], "days": days}, timeout=COMMAND_TIMEOUT_S)
+                for bank in self.service.banks(timeout=COMMAND_TIMEOUT_S).result():
+                    self.service.expire(ExpireParams(bank=bank.name, days=days), timeout=COMMAND_TIMEOUT_S).result()
             except Exception as exc:
                 self._fail("expiry check", exc)
         threading.Thread(target=run, daemon=True, name="memoryplus-expiry").start()

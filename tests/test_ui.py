@@ -139,10 +139,10 @@ def test_every_view_is_populated_from_a_real_bank(env, browser, qtbot):
     b.tabs.setCurrentWidget(b.timeline)
     qtbot.waitUntil(lambda: b.timeline.tree.topLevelItemCount() >= 6, timeout=TIMEOUT_MS)
     rows = b.timeline.rows
-    stamps = [r["valid_at"] for r in rows]
+    stamps = [r.valid_at for r in rows]
     assert stamps == sorted(stamps, reverse=True)
-    assert "Berlin" in rows[-1]["text"], "the turn from 30 days ago is the oldest"
-    dentist = next(i for i, r in enumerate(rows) if "Okafor" in r["text"])
+    assert "Berlin" in rows[-1].text, "the turn from 30 days ago is the oldest"
+    dentist = next(i for i, r in enumerate(rows) if "Okafor" in r.text)
     assert "topic: health" in b.timeline.tree.topLevelItem(dentist).text(2)
     b.timeline.tree.topLevelItem(dentist).setSelected(True)
     qtbot.waitUntil(lambda: "Memories from this turn" in b.timeline.detail.toPlainText(), timeout=TIMEOUT_MS)
@@ -156,7 +156,7 @@ def test_every_view_is_populated_from_a_real_bank(env, browser, qtbot):
     qtbot.mouseClick(b.timeline.older, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: b.timeline.offset == 4 and b.timeline.tree.topLevelItemCount() == 2, timeout=TIMEOUT_MS)
     assert b.timeline.newer.isEnabled() and not b.timeline.older.isEnabled()
-    assert "Berlin" in b.timeline.rows[-1]["text"] and b.timeline.page_label.text().startswith("Turns 5–6")
+    assert "Berlin" in b.timeline.rows[-1].text and b.timeline.page_label.text().startswith("Turns 5–6")
     del b.timeline.PAGE
     b.timeline.offset = 0
 
@@ -526,7 +526,7 @@ def test_review_prompt_when_due_and_never_when_off(env, browser, qtbot):
     b = ui.browser
     assert b.isVisible() and b.tabs.currentWidget() is b.timeline
     qtbot.waitUntil(lambda: b.timeline.tree.topLevelItemCount() == 1, timeout=TIMEOUT_MS)
-    assert "Miso" in b.timeline.rows[0]["text"] and b.timeline.banner_box.isVisible()
+    assert "Miso" in b.timeline.rows[0].text and b.timeline.banner_box.isVisible()
     shot(b, "review-timeline")
     assert reminder.state().last_review() == last + timedelta(days=8)
     qtbot.mouseClick(b.timeline.show_all, Qt.MouseButton.LeftButton)

@@ -21,13 +21,14 @@ from PySide6.QtWidgets import (
 )
 
 from memoryplus.config.schema import MEMORY_MODES
-from memoryplus.ui.common import READ_TIMEOUT_S, WRITE_TIMEOUT_S, ElidedLabel, elide, outcome, plural, printable
+from memoryplus.ui.common import READ_TIMEOUT_S, WRITE_TIMEOUT_S, ElidedLabel, elide, plural, printable
 from memoryplus.ui.dialogs import ClearBankDialog, ForgetDialog, RememberDialog
 from memoryplus.ui.graph_view import GraphView
 from memoryplus.ui.index import load_index
 from memoryplus.ui.modes import MODE_HINTS
 from memoryplus.ui.operations import ClearOp, ExportOp, ImportOp, LongOp, ReembedOp
 from memoryplus.ui.views import EntitiesView, QueueView, RecallView, TimelineView
+from memoryplus.wire.protocol import ForgetParams, RateParams, RememberParams
 
 BANK_ROLE = Qt.ItemDataRole.UserRole
 
@@ -166,8 +167,9 @@ class MemoryBrowser(QWidget):
 
     # ── what the views use ─────────────────────────────────────────────────────────────
     @property
-    def client(self):
-        return self.plugin.client
+    def service(self):
+        """The plugin's MemoryService (None while MemoryPlus is not running)."""
+        return getattr(self.plugin, "service", None)
 
     @property
     def bank(self) -> str:
@@ -192,7 +194,7 @@ class MemoryBrowser(QWidget):
         key = (bank, self._index_gen)          # a load started before a change is not reused
         waiters = self._index_waiters.setdefault(key, [])
         waiters.append(callback)
-        if len(waiters) > 1 or self.client is None:
+        if len(waiters) > 1 or self.service is None:
             return
 
         def done(index, err):
@@ -202,7 +204,7 @@ class MemoryBrowser(QWidget):
             for cb in self._index_waiters.pop(key, []):
                 if current:
                     cb(index, err)
-        load_index(self.client, self.post, bank, done)
+        load_index(self.service, self.post, bank, done)
 
     def show_in_graph(self, name: str) -> None:
         self.tabs.setCurrentWidget(self.graph)
@@ -212,8 +214,8 @@ class MemoryBrowser(QWidget):
         view = self.tabs.currentWidget() if hasattr(self, "tabs") else None
         items = view.selected_memories() if view is not None else []
         busy = self.op is not None
-        self.forget_btn.setEnabled(bool(items) and not busy and self.client is not None)
-        rateable = len(items) == 1 and items[0].rateable and self.client is not None
+        self.forget_btn.setEnabled(bool(items) and not busy and self.service is not None)
+        rateable = len(items) == 1 and items[0].rateable and self.service is not None
         self.up_btn.setEnabled(rateable)
         self.down_btn.setEnabled(rateable)
         tip = "" if rateable or not items else "Rate one fact or entity at a time (a conversation turn has no rating)"
@@ -262,15 +264,10 @@ class MemoryBrowser(QWidget):
         self._fill_banks(names)
 
     def load_banks(self) -> None:
-        if self.client is None:
+        if self.service is None:
             return
-        fut = self.client.submit("banks", {}, timeout=READ_TIMEOUT_S)
-
-        def got(f):
-            banks, err = outcome(f)
-            if not err:
-                self._fill_banks([b["name"] for b in banks or []])
-        self.post.watch(fut, got)
+        self.post.run(self.service.banks(timeout=READ_TIMEOUT_S),
+                      lambda banks: self._fill_banks([b.name for b in banks]))
 
     def set_bank(self, bank: str) -> None:
         if not bank or bank == self._bank:
@@ -324,16 +321,12 @@ class MemoryBrowser(QWidget):
     # ── rating ─────────────────────────────────────────────────────────────────────────
     def rate(self, value: int) -> None:
         items = self.tabs.currentWidget().selected_memories()
-        if len(items) != 1 or not items[0].rateable or self.client is None or not self.feedback_on():
+        if len(items) != 1 or not items[0].rateable or self.service is None or not self.feedback_on():
             return
         m, bank = items[0], self.bank
-        fut = self.client.submit("rate", {"bank": bank, "id": m.id, "value": value}, timeout=WRITE_TIMEOUT_S)
+        fut = self.service.rate(RateParams(bank=bank, id=m.id, value=value), timeout=WRITE_TIMEOUT_S)
 
-        def got(f):
-            rating, err = outcome(f)
-            if err:
-                self.say(f"Could not rate it: {err}")
-                return
+        def got(rating):
             self.ratings.set(bank, m.id, int(rating))
             cache = getattr(self.plugin, "cache", None)
             if cache is not None:
@@ -344,29 +337,25 @@ class MemoryBrowser(QWidget):
             self.recall._fill()                      # the rating beside the score
             if self.graph.selected:
                 self.graph._info(self.graph.selected)
-        self.post.watch(fut, got)
+        self.post.run(fut, got, lambda err: self.say(f"Could not rate it: {err}"))
 
     # ── forgetting ─────────────────────────────────────────────────────────────────────
     def ask_forget(self) -> None:
         items = self.tabs.currentWidget().selected_memories()
-        if not items or self.client is None:
+        if not items or self.service is None:
             return
         self.forget_dialog = ForgetDialog(self, self.bank, items)
         self.forget_dialog.confirmed.connect(lambda ms, bank=self.bank: self.forget(bank, ms))
         self.forget_dialog.open()
 
     def forget(self, bank: str, items: list) -> None:
-        fut = self.client.submit("forget", {"bank": bank, "ids": [m.id for m in items]}, timeout=WRITE_TIMEOUT_S)
+        fut = self.service.forget(ForgetParams(bank=bank, ids=[m.id for m in items]), timeout=WRITE_TIMEOUT_S)
         self.say(f"Forgetting {plural(len(items), 'memory', 'memories')}…")
 
-        def got(f):
-            report, err = outcome(f)
-            if err:
-                self.say(f"Could not forget: {err}")
-                return
+        def got(report):
             self.plugin.forgotten(bank, report)
-            turns = int((report or {}).get("episodes_removed", 0))
-            gone = len((report or {}).get("forgotten") or [])
+            turns = report.episodes_removed
+            gone = len(report.forgotten)
             if not gone and not turns:
                 self.say("Nothing was forgotten: it is not stored any more.")
             else:
@@ -374,11 +363,11 @@ class MemoryBrowser(QWidget):
                          f"{plural(turns, 'conversation turn')} behind {'it' if len(items) == 1 else 'them'}.")
             if bank == self.bank:
                 self.changed()
-        self.post.watch(fut, got)
+        self.post.run(fut, got, lambda err: self.say(f"Could not forget: {err}"))
 
     # ── remembering ────────────────────────────────────────────────────────────────────
     def ask_remember(self) -> None:
-        if self.client is None:
+        if self.service is None:
             self.say("MemoryPlus is not running: enable it in the Plugins menu.")
             return
         self.remember_dialog = RememberDialog(self, self.bank)
@@ -386,21 +375,17 @@ class MemoryBrowser(QWidget):
         self.remember_dialog.open()
 
     def remember(self, bank: str, text: str) -> None:
-        fut = self.client.submit("remember", {"bank": bank, "text": text}, timeout=WRITE_TIMEOUT_S)
+        fut = self.service.remember(RememberParams(bank=bank, text=text), timeout=WRITE_TIMEOUT_S)
         self.say(f"Remembering “{elide(text, 60)}”…")
 
-        def got(f):
-            report, err = outcome(f)
-            if err:
-                self.say(f"Could not remember it: {err}")
-                return
-            skipped = (report or {}).get("skipped") or {}
+        def got(report):
+            skipped = report.skipped
             self.say(f"Remembered “{elide(text, 80)}”." if not skipped else
                      f"Not stored: {'; '.join(skipped.values())}")
             if bank == self.bank:
                 self.changed()
             self.load_banks()
-        self.post.watch(fut, got)
+        self.post.run(fut, got, lambda err: self.say(f"Could not remember it: {err}"))
 
     # ── long operations ────────────────────────────────────────────────────────────────
     def ask_export(self) -> None:
@@ -418,14 +403,14 @@ class MemoryBrowser(QWidget):
             self.start_import(path)
 
     def ask_clear(self) -> None:
-        if self.client is None:
+        if self.service is None:
             return
         self.clear_dialog = ClearBankDialog(self, self.bank)
         self.clear_dialog.confirmed.connect(lambda bank=self.bank: self.start_clear(bank))
         self.clear_dialog.open()
 
     def ask_reembed(self) -> None:
-        if self.client is None:
+        if self.service is None:
             return
         box = QMessageBox(QMessageBox.Icon.Question, "Re-embed bank",
                           f"Recompute every vector of bank “{printable(self.bank)}” with the embedder now "
@@ -438,23 +423,23 @@ class MemoryBrowser(QWidget):
         box.open()
 
     def start_export(self, path) -> LongOp | None:
-        return self.start_op(ExportOp(self.post, self.client, self.bank, path)) if self.client else None
+        return self.start_op(ExportOp(self.post, self.service, self.bank, path)) if self.service else None
 
     def start_import(self, path, batch: int | None = None) -> LongOp | None:
-        if self.client is None:
+        if self.service is None:
             return None
-        op = ImportOp(self.post, self.client, self.bank, path, **({"batch": batch} if batch else {}))
+        op = ImportOp(self.post, self.service, self.bank, path, **({"batch": batch} if batch else {}))
         return self.start_op(op)
 
     def start_clear(self, bank: str | None = None) -> LongOp | None:
-        if self.client is None:
+        if self.service is None:
             return None
-        return self.start_op(ClearOp(self.post, self.client, bank or self.bank))
+        return self.start_op(ClearOp(self.post, self.service, bank or self.bank))
 
     def start_reembed(self) -> LongOp | None:
-        if self.client is None:
+        if self.service is None:
             return None
-        return self.start_op(ReembedOp(self.post, self.client, self.bank))
+        return self.start_op(ReembedOp(self.post, self.service, self.bank))
 
     def start_op(self, op: LongOp) -> LongOp | None:
         if self.op is not None:

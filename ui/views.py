@@ -16,8 +16,9 @@ from PySide6.QtWidgets import (
 
 from memoryplus.ui.common import (
     READ_TIMEOUT_S, ElidedLabel, Memory, elide, fmt_count, fmt_duration, fmt_tags, fmt_time, one_line,
-    kind_label, outcome, parse_time, plural, printable, result_validity, splitter, validity, fmt_source, fmt_sources,
+    kind_label, parse_time, plural, printable, result_validity, splitter, validity, fmt_source, fmt_sources,
 )
+from memoryplus.wire.protocol import BankParams, BrowseParams, SearchParams
 
 ROLE = Qt.ItemDataRole.UserRole
 
@@ -98,7 +99,7 @@ class View(QWidget):
         return []
 
     def not_running(self, label: QLabel) -> bool:
-        if self.b.client is None:
+        if self.b.service is None:
             label.setText("MemoryPlus is not running: enable it in the Plugins menu.")
             return True
         return False
@@ -165,14 +166,13 @@ class RecallView(View):
         gen = self._gen
         self.query_sent = text
         bank = self.b.bank
-        params: dict[str, Any] = {"bank": bank, "query": text, "limit": 25}
         self.as_of_sent = None
         if self.as_of_on.isChecked():
             self.as_of_sent = self.as_of.dateTime().toPython().astimezone().astimezone(timezone.utc)
-            params["as_of"] = self.as_of_sent
         self.status.setText(f"Searching “{elide(text, 60)}” in {printable(bank)}…")
-        fut = self.b.client.submit("search", params, timeout=READ_TIMEOUT_S)
-        self.b.post.watch(fut, lambda f: self._got(f, gen, bank))
+        fut = self.b.service.search(SearchParams(bank=bank, query=text, limit=25, as_of=self.as_of_sent),
+                                    timeout=READ_TIMEOUT_S)
+        self.b.post.run(fut, lambda rows: self._got(rows, None, gen), lambda err: self._got([], err, gen))
 
     def reload(self) -> None:
         if self.query_sent:
@@ -181,10 +181,9 @@ class RecallView(View):
             self.results = []
             self._fill()
 
-    def _got(self, fut, gen: int, bank: str) -> None:
+    def _got(self, rows: list, err: str | None, gen: int) -> None:
         if gen != self._gen:
             return                       # a newer search was sent
-        rows, err = outcome(fut)
         if err:
             self.results = []
             self._fill()
@@ -196,7 +195,7 @@ class RecallView(View):
     def visible_results(self) -> list[dict[str, Any]]:
         bank = self.b.bank
         if self.b.feedback_on() and self.hide_demoted.isChecked():
-            return [r for r in self.results if self.b.ratings.get(bank, r["id"]) > -2]
+            return [r for r in self.results if self.b.ratings.get(bank, r.id) > -2]
         return list(self.results)
 
     def _fill(self) -> None:
@@ -205,16 +204,16 @@ class RecallView(View):
         bank = self.b.bank
         shown = self.visible_results()
         for r in shown:
-            rating = self.b.ratings.get(bank, r["id"]) if self.b.feedback_on() else 0
-            score = f"{r.get('score', 0):.3f}" + (f" ({rating:+d})" if rating else "")
-            item = QTreeWidgetItem([one_line(r["text"]), kind_label(r["kind"]), result_validity(r, self.as_of_sent),
-                                    fmt_tags(r.get("tags")), fmt_sources(r.get("sources")), score])
+            rating = self.b.ratings.get(bank, r.id) if self.b.feedback_on() else 0
+            score = f"{r.score:.3f}" + (f" ({rating:+d})" if rating else "")
+            item = QTreeWidgetItem([one_line(r.text), kind_label(r.kind), result_validity(r, self.as_of_sent),
+                                    fmt_tags(r.tags), fmt_sources(r.sources), score])
             item.setData(0, ROLE, r)
-            item.setToolTip(0, r["text"])
-            if r.get("invalid_at"):
+            item.setToolTip(0, r.text)
+            if r.invalid_at:
                 mark_superseded(item, len(self.COLS))
             self.tree.addTopLevelItem(item)
-            if r["id"] in keep:
+            if r.id in keep:
                 item.setSelected(True)
         hidden = len(self.results) - len(shown)
         if self.query_sent:
@@ -231,13 +230,13 @@ class RecallView(View):
             self.detail.setHtml("<i>Select a memory to see it in full.</i>")
         else:
             r = items[0].data(0, ROLE)
-            rating = self.b.ratings.get(self.b.bank, r["id"])
-            parts = [f"<b>{esc(kind_label(r['kind']))}</b> · {esc(result_validity(r, self.as_of_sent))}",
-                     paragraphs(r["text"]),
-                     f"<small>tags: {esc(fmt_tags(r.get('tags')) or '—')} · from turns: "
-                     f"{esc(fmt_sources(r.get('sources')) or '—')} · score {r.get('score', 0):.3f}"
+            rating = self.b.ratings.get(self.b.bank, r.id)
+            parts = [f"<b>{esc(kind_label(r.kind))}</b> · {esc(result_validity(r, self.as_of_sent))}",
+                     paragraphs(r.text),
+                     f"<small>tags: {esc(fmt_tags(r.tags) or '—')} · from turns: "
+                     f"{esc(fmt_sources(r.sources) or '—')} · score {r.score:.3f}"
                      + (f" · your rating {rating:+d}" if rating and self.b.feedback_on() else "")
-                     + f" · id {esc(r['id'])}</small>"]
+                     + f" · id {esc(r.id)}</small>"]
             self.detail.setHtml("<p>" + "</p><p>".join(parts) + "</p>")
         self.b.selection_changed()
 
@@ -245,8 +244,8 @@ class RecallView(View):
         out = []
         for item in self.tree.selectedItems():
             r = item.data(0, ROLE)
-            out.append(Memory(id=r["id"], kind=r["kind"], text=r["text"], name=r.get("name") or "",
-                              sources=list(r.get("sources") or []), when=r.get("valid_at")))
+            out.append(Memory(id=r.id, kind=r.kind, text=r.text, name=r.name or "",
+                              sources=list(r.sources or []), when=r.valid_at))
         return out
 
     def select_id(self, memory_id: str) -> bool:
@@ -341,14 +340,13 @@ class TimelineView(View):
             self._since_rows = []
             self._scan_since(gen, bank, 0)
             return
-        fut = self.b.client.submit("browse", {"bank": bank, "what": "episodes", "offset": self.offset,
-                                              "limit": self.PAGE + 1}, timeout=READ_TIMEOUT_S)
-        self.b.post.watch(fut, lambda f: self._got(f, gen))
+        fut = self.b.service.browse(BrowseParams(bank=bank, what="episodes", offset=self.offset,
+                                                 limit=self.PAGE + 1), timeout=READ_TIMEOUT_S)
+        self.b.post.run(fut, lambda rows: self._got(rows, None, gen), lambda err: self._got([], err, gen))
 
-    def _got(self, fut, gen: int) -> None:
+    def _got(self, rows: list, err: str | None, gen: int) -> None:
         if gen != self._gen:
             return
-        rows, err = outcome(fut)
         if err:
             rows = []
             self.status.setText(f"No conversation turns: {err}")
@@ -359,16 +357,15 @@ class TimelineView(View):
         self._fill()
 
     def _scan_since(self, gen: int, bank: str, offset: int) -> None:
-        fut = self.b.client.submit("browse", {"bank": bank, "what": "episodes", "offset": offset,
-                                              "limit": self.SINCE_SCAN}, timeout=READ_TIMEOUT_S)
-        self.b.post.watch(fut, lambda f: self._scanned(f, gen, bank, offset))
+        fut = self.b.service.browse(BrowseParams(bank=bank, what="episodes", offset=offset,
+                                                 limit=self.SINCE_SCAN), timeout=READ_TIMEOUT_S)
+        self.b.post.run(fut, lambda rows: self._scanned(rows, None, gen, bank, offset),
+                        lambda err: self._scanned([], err, gen, bank, offset))
 
-    def _scanned(self, fut, gen: int, bank: str, offset: int) -> None:
+    def _scanned(self, rows: list, err: str | None, gen: int, bank: str, offset: int) -> None:
         if gen != self._gen:
             return
-        rows, err = outcome(fut)
-        rows = rows or []
-        newer = [r for r in rows if (parse_time(r.get("stored_at")) or self.since) >= self.since]
+        newer = [r for r in rows if (parse_time(r.stored_at) or self.since) >= self.since]
         self._since_rows.extend(newer)
         if (not err and len(rows) == self.SINCE_SCAN and len(newer) == len(rows)
                 and len(self._since_rows) < self.SINCE_MAX):
@@ -388,14 +385,14 @@ class TimelineView(View):
     def _fill(self) -> None:
         self.tree.clear()
         for r in self.rows:
-            first = one_line(r.get("text") or "")
-            item = QTreeWidgetItem([fmt_time(r.get("valid_at")), first, fmt_tags(r.get("tags")),
-                                    str(r.get("facts", 0)), fmt_source(r.get("source"))])
+            first = one_line(r.text or "")
+            item = QTreeWidgetItem([fmt_time(r.valid_at), first, fmt_tags(r.tags),
+                                    str(r.facts), fmt_source(r.source)])
             item.setData(0, ROLE, r)
-            item.setToolTip(1, r.get("text") or "")
-            if r.get("fallback"):   # the LLM's answers were unusable: rules extracted this turn
-                item.setText(3, f"{r.get('facts', 0)} (local)")
-                item.setToolTip(3, f"Stored by local extraction: {r['fallback']}")
+            item.setToolTip(1, r.text or "")
+            if r.fallback:   # the LLM's answers were unusable: rules extracted this turn
+                item.setText(3, f"{r.facts} (local)")
+                item.setToolTip(3, f"Stored by local extraction: {r.fallback}")
             item.setTextAlignment(3, Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
             self.tree.addTopLevelItem(item)
         n = len(self.rows)
@@ -413,44 +410,43 @@ class TimelineView(View):
             self.b.selection_changed()
             return
         r = items[0].data(0, ROLE)
-        self._detail_html = (f"<p><b>{esc(fmt_time(r.get('valid_at')))}</b> · {esc(fmt_source(r.get('source')))}"
-                             f" · stored {esc(fmt_time(r.get('stored_at')))}"
-                             + (f" · tags: {esc(fmt_tags(r.get('tags')))}" if r.get("tags") else "")
-                             + (" · remembered on request" if r.get("explicit") else "")
-                             + (f" · stored by local extraction: {esc(r['fallback'])}" if r.get("fallback") else "")
-                             + f"</p><p>{paragraphs(r.get('text'))}</p>")
+        self._detail_html = (f"<p><b>{esc(fmt_time(r.valid_at))}</b> · {esc(fmt_source(r.source))}"
+                             f" · stored {esc(fmt_time(r.stored_at))}"
+                             + (f" · tags: {esc(fmt_tags(r.tags))}" if r.tags else "")
+                             + (" · remembered on request" if r.explicit else "")
+                             + (f" · stored by local extraction: {esc(r.fallback)}" if r.fallback else "")
+                             + f"</p><p>{paragraphs(r.text)}</p>")
         self.detail.setHtml(self._detail_html + "<p><i>Looking up the memories taken from this turn…</i></p>")
         self._lookup_memories(r, self._detail_gen)
         self.b.selection_changed()
 
     def _lookup_memories(self, r: dict[str, Any], gen: int) -> None:
         """The facts and entities whose sources include this turn (found by searching its text)."""
-        if self.b.client is None or not r.get("text"):
+        if self.b.service is None or not r.text:
             return
-        fut = self.b.client.submit("search", {"bank": self.b.bank, "query": r["text"][:500], "limit": 40},
-                                   timeout=READ_TIMEOUT_S)
+        fut = self.b.service.search(SearchParams(bank=self.b.bank, query=r.text[:500], limit=40),
+                                    timeout=READ_TIMEOUT_S)
 
-        def got(f):
+        def got(rows, err=None):
             if gen != self._detail_gen:
                 return
-            rows, err = outcome(f)
-            mine = [x for x in rows or [] if x["kind"] != "episode" and r.get("source") in (x.get("sources") or [])]
-            mine.sort(key=lambda x: x["kind"] != "fact")     # facts first, then entities
+            mine = [x for x in rows or [] if x.kind != "episode" and r.source in (x.sources or [])]
+            mine.sort(key=lambda x: x.kind != "fact")     # facts first, then entities
             if err:
                 extra = f"<p><i>Could not look up its memories: {esc(err)}</i></p>"
             elif not mine:
-                extra = (f"<p><i>{plural(int(r.get('facts', 0)), 'fact')} extracted from it; none is "
-                         "current now.</i></p>" if r.get("facts") else "<p><i>No fact was extracted from it.</i></p>")
+                extra = (f"<p><i>{plural(int(r.facts), 'fact')} extracted from it; none is "
+                         "current now.</i></p>" if r.facts else "<p><i>No fact was extracted from it.</i></p>")
             else:
-                lines = "".join(f"<li>[{esc(kind_label(x['kind']))}] {esc(x['text'])}"
-                                + (" <i>(superseded)</i>" if x.get("invalid_at") else "") + "</li>" for x in mine)
+                lines = "".join(f"<li>[{esc(kind_label(x.kind))}] {esc(x.text)}"
+                                + (" <i>(superseded)</i>" if x.invalid_at else "") + "</li>" for x in mine)
                 extra = f"<p><b>Memories from this turn</b></p><ul>{lines}</ul>"
             self.detail.setHtml(self._detail_html + extra)
-        self.b.post.watch(fut, got)
+        self.b.post.run(fut, got, lambda err: got([], err))
 
     def selected_memories(self) -> list[Memory]:
-        return [Memory(id=r["id"], kind="episode", text=r.get("text") or "", sources=[r.get("source") or ""],
-                       when=r.get("valid_at"))
+        return [Memory(id=r.id, kind="episode", text=r.text or "", sources=[r.source or ""],
+                       when=r.valid_at)
                 for r in (item.data(0, ROLE) for item in self.tree.selectedItems())]
 
 
@@ -766,8 +762,8 @@ class QueueView(View):
             self._fill(self.dropped, [[printable(d.bank), fmt_source(d.turn_id),
                                        datetime.fromtimestamp(d.at).strftime("%Y-%m-%d %H:%M"), d.reason]
                                       for d in dropped])
-        client = plugin.client
-        st = client.status() if client is not None else {}
+        service = getattr(plugin, "service", None)
+        st = service.status() if service is not None else {}
         v["state"].setText(str(st.get("state") or "not running"))
         v["pid"].setText(str(st.get("pid") or "—"))
         v["uptime"].setText(fmt_duration(st.get("uptime_s")))
@@ -809,58 +805,58 @@ class QueueView(View):
         self.refresh_live()
 
     def refresh_stats(self) -> None:
-        client = self.b.client
-        if client is None:
+        service = self.b.service
+        if service is None:
             self.stats_note.setText("MemoryPlus is not running.")
             return
         self._stats_gen += 1
         gen = self._stats_gen
-        fut = client.submit("banks", {}, timeout=READ_TIMEOUT_S)
-        self.b.post.watch(fut, lambda f: self._banks(f, gen))
+        self.b.post.run(service.banks(timeout=READ_TIMEOUT_S), lambda banks: self._banks(banks, gen),
+                        lambda err: self._banks_failed(err, gen))
 
-    def _banks(self, fut, gen: int) -> None:
+    def _banks_failed(self, err: str, gen: int) -> None:
+        if gen == self._stats_gen:
+            self.stats_note.setText(f"Cannot read the banks: {err}")
+
+    def _banks(self, banks: list, gen: int) -> None:
         if gen != self._stats_gen:
             return
-        banks, err = outcome(fut)
-        if err:
-            self.stats_note.setText(f"Cannot read the banks: {err}")
-            return
-        names = [b["name"] for b in banks or []]
+        names = [b.name for b in banks]
         self.b.update_banks(names)
-        results: dict[str, dict] = {}
+        results: dict[str, tuple] = {}
         if not names:
             self.stats.clear()
             self.stats_note.setText("No bank yet: nothing has been stored.")
             return
-        for name in names:
-            f = self.b.client.submit("stats", {"bank": name}, timeout=READ_TIMEOUT_S)
-            self.b.post.watch(f, lambda f, n=name: got(f, n))
 
-        def got(f, name):
+        def got(name, st, err=None):
             if gen != self._stats_gen:
                 return
-            st, e = outcome(f)
-            results[name] = st or {"name": name, "error": e}
+            results[name] = (name, st, err)
             if len(results) == len(names):
                 self._show_stats([results[n] for n in names])
+        for name in names:
+            self.b.post.run(self.b.service.stats(BankParams(bank=name), timeout=READ_TIMEOUT_S),
+                            lambda st, n=name: got(n, st), lambda err, n=name: got(n, None, err))
 
-    def _show_stats(self, rows: list[dict]) -> None:
+    def _show_stats(self, rows: list[tuple]) -> None:
+        """(bank name, its BankStats or None, the error when None) per bank."""
         self.stats.clear()
-        for st in rows:
-            if st.get("error"):
-                item = QTreeWidgetItem([printable(st["name"]), "—", "—", "—", "—", "—", "—", st["error"]])
+        for name, st, err in rows:
+            if st is None:
+                item = QTreeWidgetItem([printable(name), "—", "—", "—", "—", "—", "—", err])
             else:
                 item = QTreeWidgetItem([
-                    printable(st["name"]), fmt_count(st["episodes"]), fmt_count(st["entities"]),
-                    f"{fmt_count(st['facts'])} ({fmt_count(st['current_facts'])})",
-                    fmt_count(st["llm_calls_today"]), fmt_count(st["llm_calls"]),
-                    f"{fmt_count(st['llm_input_tokens'])} / {fmt_count(st['llm_output_tokens'])}",
-                    st.get("embedder") or "—"])
+                    printable(st.name), fmt_count(st.episodes), fmt_count(st.entities),
+                    f"{fmt_count(st.facts)} ({fmt_count(st.current_facts)})",
+                    fmt_count(st.llm_calls_today), fmt_count(st.llm_calls),
+                    f"{fmt_count(st.llm_input_tokens)} / {fmt_count(st.llm_output_tokens)}",
+                    st.embedder or "—"])
                 for c in range(1, 7):
                     item.setTextAlignment(c, Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-            item.setToolTip(7, item.text(7) + (f" — {st['embedder_note']}" if st.get("embedder_note") else ""))
-            if st.get("llm_fallbacks"):   # turns the LLM could not extract, stored by rules
-                item.setToolTip(5, f"{st['llm_fallbacks']} turn(s) stored by local extraction: "
+            item.setToolTip(7, item.text(7) + (f" — {st.embedder_note}" if st is not None and st.embedder_note else ""))
+            if st is not None and st.llm_fallbacks:   # turns the LLM could not extract, stored by rules
+                item.setToolTip(5, f"{st.llm_fallbacks} turn(s) stored by local extraction: "
                                    f"the LLM's answers were unusable")
             self.stats.addTopLevelItem(item)
         self.stats_note.setText(f"Updated {datetime.now().strftime('%H:%M:%S')}. Local extraction makes "
