@@ -251,7 +251,7 @@ class RecallView(View):
     def select_id(self, memory_id: str) -> bool:
         for i in range(self.tree.topLevelItemCount()):
             item = self.tree.topLevelItem(i)
-            if item.data(0, ROLE)["id"] == memory_id:
+            if item.data(0, ROLE).id == memory_id:
                 self.tree.clearSelection()
                 item.setSelected(True)
                 self.tree.setCurrentItem(item)
