@@ -118,23 +118,35 @@ def make_turn(tid: str, user: str, assistant: str, n: int):
     return Turn(id=tid, user=user, assistant=assistant, time=T0 + timedelta(minutes=10 * n))
 
 
-def wait_ready(client, timeout: float = 120.0) -> None:
+def wait_ready(service, timeout: float = 120.0) -> None:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
-        if client.status().get("state") == "ready":
+        if service.status().get("state") == "ready":
             return
         time.sleep(0.05)
-    raise RuntimeError(f"the worker did not start: {client.status()}")
+    raise RuntimeError(f"the worker did not start: {service.status()}")
 
 
-def rss_of(client) -> float:
-    return float(client.status().get("rss_mb") or float("nan"))
+def rss_of(service) -> float:
+    return float(service.status().get("rss_mb") or float("nan"))
 
 
-def timed_call(client, op: str, params: dict, timeout: float = 120.0) -> tuple[float, Any]:
+def search(service, query: str, bank: str = BANK, timeout: float = 120.0):
+    """The ten best results, through the MemoryService (a worker's)."""
+    from memoryplus.wire.protocol import SearchParams
+    return service.search(SearchParams(bank=bank, query=query, limit=10), timeout=timeout).result()
+
+
+def ingest(service, bank: str, turns, timeout: float):
+    from memoryplus.wire.protocol import IngestParams
+    return service.ingest(IngestParams(bank=bank, turns=turns), timeout=timeout)
+
+
+def timed_search(service, query: str, bank: str = BANK, timeout: float = 120.0) -> float:
+    """One search's milliseconds."""
     t = time.perf_counter()
-    out = client.call(op, params, timeout=timeout)
-    return (time.perf_counter() - t) * 1000, out
+    search(service, query, bank, timeout)
+    return (time.perf_counter() - t) * 1000
 
 
 def quiet_logs() -> None:
@@ -285,7 +297,7 @@ class Ingestion:
     def __init__(self, plugin, turns, chunk: int):
         self.plugin, self.turns, self.chunk = plugin, turns, chunk
         self.done, self.busy = 0, 0.0
-        self.rss_points = [(0, rss_of(plugin.client))]
+        self.rss_points = [(0, rss_of(plugin.service))]
 
     def up_to(self, target: int) -> float:
         """Ingest until `target` turns are in; returns this stretch's turns per second."""
@@ -304,7 +316,7 @@ class Ingestion:
                 raise RuntimeError(f"ingestion did not finish: {plugin.queue.counts()}")
             self.busy += time.perf_counter() - t
             self.done += len(part)
-            self.rss_points.append((self.done, rss_of(plugin.client)))
+            self.rss_points.append((self.done, rss_of(plugin.service)))
         rate = (self.done - first) / (self.busy - busy0) if self.busy > busy0 else float("nan")
         say(f"ingested {self.done} turns ({rate:.1f}/s this stretch), worker RSS {self.rss_points[-1][1]:.0f} MB")
         return rate
@@ -319,16 +331,16 @@ class Ingestion:
         half = self.done / 2
         out["worker_rss_growth_last_half_mb_per_100_turns"] = slope_per_100(
             [p for p in self.rss_points if p[0] >= half])
-        stats = self.plugin.client.call("stats", {"bank": BANK}, timeout=120)
-        out["bank_episodes"] = float(stats.get("episodes", float("nan"))) if isinstance(stats, dict) else float("nan")
+        from memoryplus.wire.protocol import BankParams
+        stats = self.plugin.service.stats(BankParams(bank=BANK), timeout=120).result()
+        out["bank_episodes"] = float(stats.episodes)
 
 
-def phase_recall(client, turns, questions, out: dict, prefix: str = "") -> None:
+def phase_recall(service, turns, questions, out: dict, prefix: str = "") -> None:
     docs = {tid: f"{u} {a}" for tid, u, a in turns}
     ours = base = 0
     for q, answer in questions:
-        results = client.call("search", {"bank": BANK, "query": q, "limit": 10}, timeout=120)
-        firsts = [r["sources"][0] for r in results if r.get("sources")][:10]
+        firsts = [r.sources[0] for r in search(service, q) if r.sources][:10]
         ours += answer in firsts
         base += answer in bm25_ranking(q, docs)[:10]
     out[f"{prefix}recall_at_10"] = ours / len(questions)
@@ -336,20 +348,20 @@ def phase_recall(client, turns, questions, out: dict, prefix: str = "") -> None:
     out[f"{prefix}recall_questions"] = len(questions)
 
 
-def phase_growth_point(client, turns_in: list, questions, queries: list[str], rate: float,
+def phase_growth_point(service, turns_in: list, questions, queries: list[str], rate: float,
                        growth: dict) -> None:
     """The figures that depend on the bank's size, at one size: search latency (persistent
     worker), recall@10 against BM25 over the same turns, RSS, and the last stretch's ingest rate."""
     for q in queries[:5]:
-        client.call("search", {"bank": BANK, "query": q, "limit": 10}, timeout=120)
-    ms = [timed_call(client, "search", {"bank": BANK, "query": q, "limit": 10})[0] for q in queries]
+        search(service, q)
+    ms = [timed_search(service, q) for q in queries]
     ids = {t[0] for t in turns_in}
     point: dict[str, Any] = {"turns": len(turns_in), "ingest_turns_per_s": rate,
                              "search_ms_p50": pct(ms, 50), "search_ms_p95": pct(ms, 95)}
     asked = [(q, a) for q, a in questions if a in ids]
     if asked:
-        phase_recall(client, turns_in, asked, point)
-    point["worker_rss_mb"] = rss_of(client)
+        phase_recall(service, turns_in, asked, point)
+    point["worker_rss_mb"] = rss_of(service)
     growth.setdefault("points", []).append(point)
     say("at {turns} turns: search p50 {search_ms_p50:.0f} ms, p95 {search_ms_p95:.0f} ms, ".format(**point)
         + (f"recall@10 {point['recall_at_10']:.3f} vs BM25 {point['recall_at_10_keyword_baseline']:.3f}, "
@@ -391,10 +403,10 @@ def phase_chat(window, plugin, probe: Probe, questions, n_turns: int, n_cache: i
     out["late_turns"] = plugin.counters.get("late", 0)
 
 
-def phase_ours_search(client, queries: list[str], out: dict) -> list[float]:
+def phase_ours_search(service, queries: list[str], out: dict) -> list[float]:
     for q in queries:   # warm-up pass, as for the baseline
-        client.call("search", {"bank": BANK, "query": q, "limit": 10}, timeout=120)
-    ms = [timed_call(client, "search", {"bank": BANK, "query": q, "limit": 10})[0] for q in queries]
+        search(service, q)
+    ms = [timed_search(service, q) for q in queries]
     out["search_ms_p50"] = pct(ms, 50)
     out["search_ms_p95"] = pct(ms, 95)
     return ms
@@ -405,14 +417,13 @@ def phase_percall(settings: dict, banks_dir: Path, query: str, n: int, out: dict
     Kuzu allows one owner process)."""
     from memoryplus.config.schema import Settings
     from memoryplus.client.worker_client import WorkerClient
+    from memoryplus.service import RemoteMemoryService
     s = Settings(**{**settings, "engine_mode": "subprocess"})
-    client = WorkerClient(s, banks_dir, mode="subprocess", app="bench")
-    client.start()
+    service = RemoteMemoryService(WorkerClient(s, banks_dir, mode="subprocess", app="bench").start())
     try:
-        ms = [timed_call(client, "search", {"bank": BANK, "query": query, "limit": 10}, timeout=300)[0]
-              for _ in range(n)]
+        ms = [timed_search(service, query, timeout=300) for _ in range(n)]
     finally:
-        client.close(timeout=30)
+        service.close(timeout=30)
     out["percall_search_ms_p50"] = statistics.median(ms)
 
 
@@ -421,13 +432,15 @@ def phase_worker_start(settings: dict, data_dir: Path, out: dict) -> None:
     and multiprocessing's spawn protocol (what a frozen PyGPT uses, here with this Python)."""
     from memoryplus.config.schema import Settings
     from memoryplus.client.worker_client import WorkerClient
+    from memoryplus.service import RemoteMemoryService
     for launch in ("python", "multiprocessing"):
-        client = WorkerClient(Settings(**settings), data_dir / launch, mode="persistent", app="bench", launch=launch)
+        service = RemoteMemoryService(WorkerClient(Settings(**settings), data_dir / launch, mode="persistent",
+                                                   app="bench", launch=launch))
         try:
-            client.call("health", timeout=120)
-            out[f"worker_ready_s_{launch}"] = client.status()["startup_s"]
+            service.health(timeout=120).result()
+            out[f"worker_ready_s_{launch}"] = service.status()["startup_s"]
         finally:
-            client.close(timeout=30)
+            service.close(timeout=30)
 
 
 def phase_graphiti_search(settings: dict, banks_dir: Path, queries: list[str], out: dict) -> None:
@@ -463,35 +476,34 @@ def phase_llm(server, workdir: Path, turns, n_first: int, n_busy: int, n_idle: i
     call the scripted LLM sees, per ingested turn; and search p95 while such a batch runs."""
     from memoryplus.config.schema import Settings
     from memoryplus.client.worker_client import WorkerClient
+    from memoryplus.service import RemoteMemoryService
     s = Settings(**llm_settings(server.base_url))
-    client = WorkerClient(s, workdir / "llm-banks", mode="persistent", app="bench-llm")
-    client.start()
+    service = RemoteMemoryService(WorkerClient(s, workdir / "llm-banks", mode="persistent", app="bench-llm").start())
     try:
-        wait_ready(client)
-        first = [make_turn(t, u, a, n).model_dump(mode="json") for n, (t, u, a) in enumerate(turns[:n_first])]
+        wait_ready(service)
+        first = [make_turn(t, u, a, n) for n, (t, u, a) in enumerate(turns[:n_first])]
         c0, tok0 = sum(server.calls.values()), server.input_tokens
-        rep = client.call("ingest", {"bank": "llm", "turns": first}, timeout=1800)
+        rep = ingest(service, "llm", first, timeout=1800).result()
         calls, toks = sum(server.calls.values()) - c0, server.input_tokens - tok0
         out["llm_calls_per_turn"] = calls / n_first
         out["llm_input_tokens_per_turn"] = toks / n_first
-        out["llm_turns_stored"] = len(rep.get("stored", []))
-        out["llm_turns_skipped"] = len(rep.get("skipped", {}))
+        out["llm_turns_stored"] = len(rep.stored)
+        out["llm_turns_skipped"] = len(rep.skipped)
         qs = (queries * (1 + n_idle // max(1, len(queries))))[:n_idle]
-        idle = [timed_call(client, "search", {"bank": "llm", "query": q, "limit": 10})[0] for q in qs]
-        busy_turns = [make_turn(t, u, a, n + n_first).model_dump(mode="json")
-                      for n, (t, u, a) in enumerate(turns[n_first:n_first + n_busy])]
-        fut = client.submit("ingest", {"bank": "llm", "turns": busy_turns}, timeout=1800)
+        idle = [timed_search(service, q, "llm") for q in qs]
+        busy_turns = [make_turn(t, u, a, n + n_first) for n, (t, u, a) in enumerate(turns[n_first:n_first + n_busy])]
+        fut = ingest(service, "llm", busy_turns, timeout=1800)
         time.sleep(0.3)     # the batch is under way
         busy, i = [], 0
         while not fut.done() or len(busy) < 3:
-            busy.append(timed_call(client, "search", {"bank": "llm", "query": qs[i % len(qs)], "limit": 10})[0])
+            busy.append(timed_search(service, qs[i % len(qs)], "llm"))
             i += 1
         fut.result()
         out["search_idle_ms_p95"] = pct(idle, 95)
         out["search_during_ingest_ms_p95"] = pct(busy, 95)
         out["search_during_ingest_ratio"] = pct(busy, 95) / pct(idle, 95)
     finally:
-        client.close(timeout=30)
+        service.close(timeout=30)
 
 
 def llm_settings(base_url: str) -> dict:
@@ -557,22 +569,20 @@ def phase_llm_growth(server, workdir: Path, turns, chunk: int, out: dict, growth
     side of `rss_growth_ratio_vs_graphiti` (the local-extraction growth is reported apart)."""
     from memoryplus.config.schema import Settings
     from memoryplus.client.worker_client import WorkerClient
+    from memoryplus.service import RemoteMemoryService
     latency, server.latency_s = server.latency_s, 0.0
-    client = WorkerClient(Settings(**llm_settings(server.base_url)), workdir / "llm-growth-banks",
-                          mode="persistent", app="bench-llm-growth")
-    client.start()
+    service = RemoteMemoryService(WorkerClient(Settings(**llm_settings(server.base_url)), workdir / "llm-growth-banks",
+                                               mode="persistent", app="bench-llm-growth").start())
     try:
-        wait_ready(client)
-        client.call("ingest", {"bank": "growth", "turns": [make_turn("warm", "Hello there.", "Hi!", 0)
-                                                          .model_dump(mode="json")]}, timeout=600)
-        points = [(0, rss_of(client))]
+        wait_ready(service)
+        ingest(service, "growth", [make_turn("warm", "Hello there.", "Hi!", 0)], timeout=600).result()
+        points = [(0, rss_of(service))]
         for start in range(0, len(turns), chunk):
-            part = [make_turn(t, u, a, n).model_dump(mode="json")
-                    for n, (t, u, a) in enumerate(turns[start:start + chunk], start + 1)]
-            client.call("ingest", {"bank": "growth", "turns": part}, timeout=3600)
-            points.append((start + len(part), rss_of(client)))
+            part = [make_turn(t, u, a, n) for n, (t, u, a) in enumerate(turns[start:start + chunk], start + 1)]
+            ingest(service, "growth", part, timeout=3600).result()
+            points.append((start + len(part), rss_of(service)))
     finally:
-        client.close(timeout=30)
+        service.close(timeout=30)
         server.latency_s = latency
     out["llm_worker_rss_growth_mb_per_100_turns"] = slope_per_100(points[1:])
     out["llm_worker_rss_mb_end"] = points[-1][1]
@@ -665,14 +675,14 @@ def run_bench(mode: str = "quick", json_path: str | os.PathLike | None = None, *
         out["plugin_load_ms"] = statistics.median(loads)
         out["plugin_load_ms_max"] = max(loads)
         window, plugin, _ = start_plugin(workdir / "pygpt", settings)
-        wait_ready(plugin.client)
+        wait_ready(plugin.service)
         probe = Probe(plugin)
         banks_dir = plugin.banks_dir()
         ingestion = Ingestion(plugin, turns, z["chunk"])
         growth_queries = (queries * (1 + z["growth_searches"] // max(1, len(queries))))[:z["growth_searches"]]
         for size in z["checkpoints"]:
             rate = ingestion.up_to(size)
-            phase_growth_point(plugin.client, turns[:ingestion.done], questions, growth_queries, rate, growth)
+            phase_growth_point(plugin.service, turns[:ingestion.done], questions, growth_queries, rate, growth)
             if ingestion.done >= min(data_turns, len(turns)) and "recall_at_10" not in out:
                 # recall on the data set itself (no padding), whatever the run's size
                 point = growth["points"][-1]
@@ -682,14 +692,14 @@ def run_bench(mode: str = "quick", json_path: str | os.PathLike | None = None, *
                 say(f"chat turns through PyGPT's events (bank of {ingestion.done} turns)")
                 phase_chat(window, plugin, probe, questions, z["chat_turns"], z["cache_turns"], out)
         ingestion.finish(out, growth)
-        out["worker_rss_mb"] = rss_of(plugin.client)
+        out["worker_rss_mb"] = rss_of(plugin.service)
         # A few seconds idle: the worker's maintenance gives the heap's freed pages back.
         deadline = time.monotonic() + 10
-        while not plugin.client.call("health").get("memory_returned_mb") and time.monotonic() < deadline:
+        while not plugin.service.health().result().memory_returned_mb and time.monotonic() < deadline:
             time.sleep(0.5)
-        out["worker_rss_mb_idle"] = rss_of(plugin.client)
+        out["worker_rss_mb_idle"] = rss_of(plugin.service)
         say("search timing (persistent worker)")
-        ours = phase_ours_search(plugin.client, queries, out)
+        ours = phase_ours_search(plugin.service, queries, out)
         probe.close()
         plugin.destroy()
         plugin = None
@@ -704,13 +714,14 @@ def run_bench(mode: str = "quick", json_path: str | os.PathLike | None = None, *
         say("search timing, second round (a fresh persistent worker, then graphiti again)")
         from memoryplus.config.schema import Settings
         from memoryplus.client.worker_client import WorkerClient
-        client = WorkerClient(Settings(**settings), banks_dir, mode="persistent", app="bench")
-        client.start()
+        from memoryplus.service import RemoteMemoryService
+        service = RemoteMemoryService(WorkerClient(Settings(**settings), banks_dir, mode="persistent",
+                                                   app="bench").start())
         try:
-            wait_ready(client)
-            fresh = phase_ours_search(client, queries, {})
+            wait_ready(service)
+            fresh = phase_ours_search(service, queries, {})
         finally:
-            client.close(timeout=30)
+            service.close(timeout=30)
         again = phase_graphiti_search(settings, banks_dir, queries, {})
         # per round, as context: the first is the plugin's own worker, which stored the bank
         out["search_ms_p50_plugin_worker"], out["search_ms_p50_fresh_worker"] = pct(ours, 50), pct(fresh, 50)

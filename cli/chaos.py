@@ -169,7 +169,7 @@ class Chaos:
     def _wait_worker(self, timeout: float = 60.0) -> None:
         end = time.monotonic() + timeout
         while time.monotonic() < end:
-            st = self.plugin.client.status()
+            st = self.plugin.service.status() if self.plugin.service is not None else {}
             if st.get("pid"):
                 self.worker_pids.add(st["pid"])
                 self._note_cmdline(st["pid"])
@@ -202,8 +202,8 @@ class Chaos:
             self.window.chat.clear()
         if self.plugin is not None:
             self.texts.append(self.plugin.last_error or "")
-            if self.plugin.client is not None:
-                self.texts.append(json.dumps(self.plugin.client.status(), default=str))
+            if self.plugin.service is not None:
+                self.texts.append(json.dumps(self.plugin.service.status(), default=str))
             if self.plugin.queue is not None:
                 self.texts.extend(self.plugin.queue.problems)
                 self.texts.extend(f.error for f in self.plugin.queue.failed())
@@ -232,8 +232,19 @@ class Chaos:
         ctx.meta = meta
         return host.bank_for(ctx, self.plugin.settings)
 
+    def _search(self, bank: str, query: str, limit: int = 10, timeout: float = 60.0):
+        from memoryplus.wire.protocol import SearchParams
+        return self.plugin.service.search(SearchParams(bank=bank, query=query, limit=limit), timeout=timeout)
+
+    def _forget_turn(self, bank: str, turn_id: str):
+        """Forget one stored turn by its id, as the browser does (waits for the answer)."""
+        from memoryplus.wire.banks import episode_uuid, slug
+        from memoryplus.wire.protocol import ForgetParams
+        return self.plugin.service.forget(ForgetParams(bank=bank, ids=[episode_uuid(slug(bank), turn_id)]),
+                                          timeout=60).result()
+
     def _pid(self) -> int | None:
-        st = self.plugin.client.status()
+        st = self.plugin.service.status()
         pid = st.get("pid")
         if pid:
             self.worker_pids.add(pid)
@@ -289,8 +300,7 @@ class Chaos:
         if not pid:
             return
         if where == "search":   # one kill (a second would count as another death of the worker)
-            fut = self.plugin.client.submit("search", {"bank": self._bank(PRESETS[0]), "query": "topic",
-                                                       "limit": 5}, timeout=30)
+            fut = self._search(self._bank(PRESETS[0]), "topic", limit=5, timeout=30)
             time.sleep(0.005)
             _kill_pid(pid)
             try:
@@ -432,12 +442,9 @@ class Chaos:
             if not candidates:
                 return
             rec = self.rng.choice(candidates)
-            from memoryplus.wire.banks import episode_uuid, slug
             self.plugin.queue.flush(timeout=120)
             try:
-                self.plugin.client.call("forget", {"bank": rec.bank,
-                                                   "ids": [episode_uuid(slug(rec.bank), rec.turn_id)]},
-                                        timeout=60)
+                self._forget_turn(rec.bank, rec.turn_id)
                 if self.plugin.cache is not None:
                     self.plugin.cache.invalidate(rec.bank)
                 # forgotten in the bank; a failed copy of it must not come back either
@@ -456,16 +463,15 @@ class Chaos:
         other = self.rng.choice(self.records)
         bank = self._bank(self.rng.choice(PRESETS))
         try:
-            results = self.plugin.client.call("search", {"bank": bank, "query": other.marker, "limit": 10},
-                                              timeout=60)
+            results = self._search(bank, other.marker).result()
         except Exception as exc:
             self.texts.append(f"{type(exc).__name__}: {exc}")
             return
         self._count_leaks(bank, results)
 
-    def _count_leaks(self, bank: str, results: list[dict]) -> None:
+    def _count_leaks(self, bank: str, results: list) -> None:
         for r in results:
-            for src in r.get("sources") or []:
+            for src in r.sources:
                 owners = {b for (b, tid) in self.by_id if tid == src}
                 if owners and bank not in owners:
                     self.cross_bank_leaks += 1
@@ -572,9 +578,9 @@ class Chaos:
         self.store_fault.off()
         q = self.plugin.queue
         q.resume()
-        if self.plugin.client.status().get("state") == "broken":   # the user's "Restart worker"
+        if self.plugin.service.status().get("state") == "broken":   # the user's "Restart worker"
             self.events.append((len(self.records), "worker restarted by hand (breaker open)"))
-            self.plugin.client.restart().result(timeout=120)
+            self.plugin.service.restart().result(timeout=120)
         end = time.monotonic() + 600
         while time.monotonic() < end:        # let the running retries finish first
             if q.flush(timeout=5):
@@ -588,26 +594,24 @@ class Chaos:
         self.window.process_events(0.1)
         # A forget answered with an error (a write fault, a killed worker) may have been partly
         # applied, as a user would see from the error: they forget it again, now it works.
-        from memoryplus.wire.banks import episode_uuid as _ep_uuid
-        from memoryplus.wire.banks import slug as _slug
         forget_retried = 0
         for rec in self.forget_failed:
             if rec.forgotten:
                 continue
             try:
                 self.plugin.queue.remove(rec.bank, rec.turn_id)
-                self.plugin.client.call("forget", {"bank": rec.bank, "ids": [_ep_uuid(_slug(rec.bank), rec.turn_id)]},
-                                        timeout=60)
+                self._forget_turn(rec.bank, rec.turn_id)
                 rec.forgotten = True
                 forget_retried += 1
             except Exception as exc:
                 exceptions.append(f"forget retry: {type(exc).__name__}: {exc}")
         self._note_drops()
         failed = {(f.bank, f.turn_id) for f in q.failed()}
-        exports: dict[str, list[dict]] = {}
+        from memoryplus.wire.protocol import BankParams
+        exports: dict[str, list] = {}
         for bank in sorted({r.bank for r in self.records}):
             try:
-                exports[bank] = self.plugin.client.call("export", {"bank": bank}, timeout=120)
+                exports[bank] = self.plugin.service.export(BankParams(bank=bank), timeout=120).result()
             except Exception as exc:
                 exceptions.append(f"export {bank}: {type(exc).__name__}: {exc}")
                 exports[bank] = []
@@ -617,15 +621,16 @@ class Chaos:
         texts: dict[str, str] = {}
         problems: list[str] = []
         for bank, records in exports.items():
-            texts[bank] = json.dumps([r for r in records if r.get("type") != "bank"], ensure_ascii=False)
+            texts[bank] = json.dumps([r.model_dump(mode="json") for r in records if r.type != "bank"],
+                                     ensure_ascii=False)
         for bank, records in exports.items():
             complete: dict[str, int] = {}
             pending: dict[str, int] = {}
             for r in records:
-                if r.get("type") == "episode":
-                    done = EpisodeMeta.parse(r.get("name"), r["uuid"]).state == COMPLETE
-                    (complete if done else pending)[r["uuid"]] = (complete if done else pending).get(r["uuid"], 0) + 1
-            fact_eps = {e for r in records if r.get("type") == "fact" for e in (r.get("episodes") or [])}
+                if r.type == "episode":
+                    done = EpisodeMeta.parse(r.name, r.uuid).state == COMPLETE
+                    (complete if done else pending)[r.uuid] = (complete if done else pending).get(r.uuid, 0) + 1
+            fact_eps = {e for r in records if r.type == "fact" for e in r.episodes}
             for rec in (r for r in self.records if r.bank == bank):
                 uid = episode_uuid(slug(bank), rec.turn_id)
                 n = complete.get(uid, 0)
@@ -639,8 +644,8 @@ class Chaos:
                 if n > 1:
                     counts["duplicated"] += n - 1
                 # the same text under another id counts as a duplicate too
-                counts["duplicated"] += sum(1 for r in records if r.get("type") == "episode"
-                                            and rec.marker in (r.get("content") or "") and r["uuid"] != uid)
+                counts["duplicated"] += sum(1 for r in records if r.type == "episode"
+                                            and rec.marker in r.content and r.uuid != uid)
                 outcome = self._outcome(rec, n, uid in pending)
                 if outcome == "stored" and not self._searchable(rec, exceptions):
                     outcome = "unsearchable"
@@ -655,9 +660,8 @@ class Chaos:
         # forgotten turns are not found by search either
         for rec in [r for r in self.records if r.forgotten]:
             try:
-                results = self.plugin.client.call("search", {"bank": rec.bank, "query": rec.marker, "limit": 10},
-                                                  timeout=60)
-                if any(rec.turn_id in (x.get("sources") or []) for x in results):
+                results = self._search(rec.bank, rec.marker).result()
+                if any(rec.turn_id in x.sources for x in results):
                     counts["unforgotten"] += 1
             except Exception as exc:
                 exceptions.append(f"search: {type(exc).__name__}: {exc}")
@@ -665,12 +669,10 @@ class Chaos:
             probe = self.rng.sample(self.records, min(10, len(self.records)))
             for rec in probe:
                 try:
-                    results = self.plugin.client.call("search", {"bank": bank, "query": rec.marker, "limit": 10},
-                                                      timeout=60)
-                    self._count_leaks(bank, results)
+                    self._count_leaks(bank, self._search(bank, rec.marker).result())
                 except Exception as exc:
                     exceptions.append(f"search: {type(exc).__name__}: {exc}")
-        st = self.plugin.client.status()
+        st = self.plugin.service.status()
         return {
             "seed": self.seed, "turns": len(self.records), "stored": counts["stored"],
             "dropped_by_policy": counts["dropped"], "dropped_queue_stopped": counts["dropped_stopped"],
@@ -724,12 +726,11 @@ class Chaos:
     def _searchable(self, rec: _TurnRec, exceptions: list[str]) -> bool:
         """A stored turn is found by a search for its marker (a pending one would not be)."""
         try:
-            results = self.plugin.client.call("search", {"bank": rec.bank, "query": rec.marker, "limit": 10},
-                                              timeout=60)
+            results = self._search(rec.bank, rec.marker).result()
         except Exception as exc:
             exceptions.append(f"search: {type(exc).__name__}: {exc}")
             return False
-        return any(rec.turn_id in (x.get("sources") or []) for x in results)
+        return any(rec.turn_id in x.sources for x in results)
 
     def _orphans(self) -> int:
         time.sleep(0.5)
