@@ -200,8 +200,9 @@ class Probe:
                         self.t_done.setdefault(id(p), time.perf_counter())
 
         def search_done(pending, future):
+            from memoryplus.wire import errors
             exc = future.exception()
-            if exc is not None and "unknown bank" not in str(exc):   # as the plugin counts errors
+            if exc is not None and not isinstance(exc, errors.UnknownBank):   # as the plugin counts errors
                 self.failed.add(id(pending))
             try:
                 return orig_done(pending, future)
