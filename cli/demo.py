@@ -62,8 +62,19 @@ class Demo:
             self.plugin._ensure_started()
         self.ctx_id = 0
 
-    def call(self, op: str, **params):
-        return self.plugin.client.call(op, params, timeout=60)
+    # what the demo checks, read through the plugin's MemoryService
+    def browse(self, bank: str, what: str):
+        from memoryplus.wire.protocol import BrowseParams
+        return self.plugin.service.browse(BrowseParams(bank=bank, what=what, limit=50), timeout=60).result()
+
+    def search(self, bank: str, query: str, limit: int):
+        from memoryplus.wire.protocol import SearchParams
+        return self.plugin.service.search(SearchParams(bank=bank, query=query, limit=limit), timeout=60).result()
+
+    def export(self, bank: str) -> str:
+        from memoryplus.wire.protocol import BankParams
+        records = self.plugin.service.export(BankParams(bank=bank), timeout=60).result()
+        return json.dumps([r.model_dump(mode="json") for r in records])
 
     def say(self, preset: str, text: str, answer: str) -> str:
         """One chat turn; prints what the model was given, then waits until it is stored."""
@@ -98,9 +109,9 @@ class Demo:
         self.window.process_events(0.02)
 
     def stored(self, bank: str) -> None:
-        facts = self.call("browse", bank=bank, what="facts", limit=50)
-        current = [f["text"] for f in facts if f["current"]]
-        older = [f["text"] for f in facts if not f["current"]]
+        facts = self.browse(bank, "facts")
+        current = [f.text for f in facts if f.current]
+        older = [f.text for f in facts if not f.current]
         self.out.line(f"bank {bank!r} now holds {len(facts)} facts:")
         for text in current:
             self.out.line(f"  current:    {text}", "32")
@@ -147,34 +158,34 @@ def _script(d: Demo, out: Out) -> None:
     d.say(PERSONAL, "My dentist is Dr Okafor, the appointment is on Friday.", "Noted: Dr Okafor on Friday.")
     d.say(PERSONAL, "I love hiking in the Alps, it makes me so happy!", "The Alps are wonderful.")
     d.stored(PERSONAL)
-    facts = d.call("browse", bank=PERSONAL, what="facts", limit=50)
-    out.check(any("Berlin" in f["text"] and f["current"] for f in facts), "the bank holds 'lives in Berlin'")
-    episodes = d.call("browse", bank=PERSONAL, what="episodes", limit=50)
-    out.check(any(t.startswith("emotion:") for e in episodes for t in e["tags"]), "turns carry emotion tags")
+    facts = d.browse(PERSONAL, "facts")
+    out.check(any("Berlin" in f.text and f.current for f in facts), "the bank holds 'lives in Berlin'")
+    episodes = d.browse(PERSONAL, "episodes")
+    out.check(any(t.startswith("emotion:") for e in episodes for t in e.tags), "turns carry emotion tags")
 
     out.head("Session 2 — a week later: recalled in the same turn")
     block = d.say(PERSONAL, "Where do I live these days?", "You live in Berlin.")
     out.check("Berlin" in block, "the earlier turn came back in this turn's system prompt")
     d.say(PERSONAL, "Big news: I moved, I live in Lisbon now.", "Congratulations on Lisbon!")
     d.stored(PERSONAL)
-    facts = d.call("browse", bank=PERSONAL, what="facts", limit=50)
-    out.check(any("Lisbon" in f["text"] and f["current"] for f in facts), "the new fact (Lisbon) is current")
-    out.check(any("Berlin" in f["text"] and not f["current"] for f in facts),
+    facts = d.browse(PERSONAL, "facts")
+    out.check(any("Lisbon" in f.text and f.current for f in facts), "the new fact (Lisbon) is current")
+    out.check(any("Berlin" in f.text and not f.current for f in facts),
               "the old fact (Berlin) is kept, superseded")
-    current = [r for r in d.call("search", bank=PERSONAL, query="where do I live", limit=10) if r["kind"] == "fact"]
-    out.check(not any("Berlin" in r["text"] for r in current), "search recalls only the current fact")
+    current = [r for r in d.search(PERSONAL, "where do I live", 10) if r.kind == "fact"]
+    out.check(not any("Berlin" in r.text for r in current), "search recalls only the current fact")
 
     out.head("/remember_this — an explicit memory")
     d.say(PERSONAL, "/remember_this My passport expires in March 2027.", "")
-    results = d.call("search", bank=PERSONAL, query="passport expires", limit=5)
-    out.check(any("passport" in r["text"].lower() for r in results), "the bank returns the remembered text")
+    results = d.search(PERSONAL, "passport expires", 5)
+    out.check(any("passport" in r.text.lower() for r in results), "the bank returns the remembered text")
 
     out.head("/forget_that — forgetting the dentist, with confirmation")
     d.say(PERSONAL, "/forget_that dentist Dr Okafor", "")
     d.say(PERSONAL, "/forget_that yes", "")
-    results = d.call("search", bank=PERSONAL, query="dentist Okafor", limit=10)
-    out.check(not any("okafor" in r["text"].lower() for r in results), "search no longer finds Dr Okafor")
-    export = json.dumps(d.call("export", bank=PERSONAL)).lower()
+    results = d.search(PERSONAL, "dentist Okafor", 10)
+    out.check(not any("okafor" in r.text.lower() for r in results), "search no longer finds Dr Okafor")
+    export = d.export(PERSONAL).lower()
     out.check("okafor" not in export, "an export of the bank holds no trace of Dr Okafor")
 
     out.head(f"Another preset — {WORK!r} — has its own memory")
@@ -182,6 +193,5 @@ def _script(d: Demo, out: Out) -> None:
     block = d.say(WORK, "What about Lisbon and my passport?", "I don't know about that here.")
     out.check("Lisbon" not in block and "passport" not in block.lower(),
               "the work preset recalls nothing from the personal one")
-    leaks = [r for r in d.call("search", bank=PERSONAL, query="Apollo project Acme", limit=10)
-             if "apollo" in r["text"].lower()]
+    leaks = [r for r in d.search(PERSONAL, "Apollo project Acme", 10) if "apollo" in r.text.lower()]
     out.check(not leaks, "and the personal preset nothing from work")

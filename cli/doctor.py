@@ -165,30 +165,32 @@ class Doctor:
 
     def worker(self, settings, banks_dir: Path, creds):
         from memoryplus.client.worker_client import WorkerClient, connect_existing
+        from memoryplus.service import RemoteMemoryService
         client = connect_existing(banks_dir, timeout=3)
         if client is not None:
+            service = RemoteMemoryService(client)
             try:
-                h = client.call("health", timeout=10)
-                self.add("worker", "OK", f"running worker reached (pid {h.get('pid')}, {h.get('extraction')} "
-                         f"extraction)")
-                return h.get("pid")
+                h = service.health(timeout=10).result()
+                self.add("worker", "OK", f"running worker reached (pid {h.pid}, {h.extraction} extraction)")
+                return h.pid
             except Exception as exc:
                 self.add("worker", "FAIL", f"the running worker does not answer: {exc}",
                          "restart PyGPT")
                 return None
             finally:
-                client.close(timeout=3)
+                service.close(timeout=3)
         client = WorkerClient(settings, banks_dir, creds, mode="subprocess", app="memoryplus doctor")
+        service = RemoteMemoryService(client)
         try:
             client.start()
-            h = client.call("health", timeout=60)
-            self.add("worker", "OK", f"a worker process starts and answers ({h.get('extraction')} extraction)")
+            h = service.health(timeout=60).result()
+            self.add("worker", "OK", f"a worker process starts and answers ({h.extraction} extraction)")
         except Exception as exc:
             self.add("worker", "FAIL", f"the worker does not start: {str(exc).splitlines()[0][:200]}",
                      "set Worker Python (Advanced) to an interpreter with memoryplus installed; "
                      "run with -v for details")
         finally:
-            client.close(timeout=5)
+            service.close(timeout=5)
         return None
 
     def llm(self, settings, creds) -> None:

@@ -137,12 +137,12 @@ def _confirm(question: str) -> bool:
     return answer in ("y", "yes")
 
 
-async def run_import(args) -> int:
-    from memoryplus.cli.main import CliError, _engine, _progress, _settings
+def run_import(args) -> int:
+    from memoryplus.cli.session import CliError, open_for, progress, settings_for
     from memoryplus.config.paths import pygpt_workdir
     from memoryplus.engine.providers import credentials_from_env, llm_available
 
-    settings, banks_dir = _settings(args)
+    settings, banks_dir = settings_for(args)
     workdir = Path(args.workdir).expanduser() if args.workdir else pygpt_workdir()
     since = None
     if args.since:
@@ -190,12 +190,9 @@ async def run_import(args) -> int:
                 print("nothing imported", file=sys.stderr)
                 return 1
 
-    from memoryplus.client.worker_client import connect_existing
+    from memoryplus.wire.protocol import IngestParams
     size = args.batch or settings.batch_size
-    client = connect_existing(banks_dir)
-    engine = None if client is not None else _engine(args)
-    if client is not None:
-        print("PyGPT's worker is running: importing through it", file=sys.stderr)
+    service = open_for(args, settings, banks_dir, doing="importing")
     totals = {"stored": 0, "unchanged": 0, "skipped": 0}
     done = 0
     try:
@@ -203,28 +200,20 @@ async def run_import(args) -> int:
             counts = {"stored": 0, "unchanged": 0, "skipped": 0}
             for i in range(0, len(turns), size):
                 batch = turns[i:i + size]
-                if client is not None:
-                    from memoryplus.wire.records import IngestReport
-                    rep = IngestReport.model_validate(client.call(
-                        "ingest", {"bank": bank, "turns": [t.model_dump(mode="json") for t in batch]},
-                        timeout=max(60.0, settings.runner_timeout_s * len(batch))))
-                else:
-                    rep = await engine.ingest(bank, batch)
-                    await engine.maintain()
+                rep = service.ingest(IngestParams(bank=bank, turns=batch),
+                                     timeout=max(60.0, settings.runner_timeout_s * len(batch))).result()
+                service.maintain().result()   # in process: keeps Kuzu's native memory bounded
                 counts["stored"] += len(rep.stored)
                 counts["unchanged"] += len(rep.unchanged)
                 counts["skipped"] += len(rep.skipped)
                 done += len(batch)
-                _progress(done, total)
+                progress(done, total)
             print(f"{bank}: {counts['stored']} stored, {counts['unchanged']} already there, "
                   f"{counts['skipped']} skipped")
             for k in totals:
                 totals[k] += counts[k]
     finally:
-        if client is not None:
-            client.close(timeout=5)
-        if engine is not None:
-            await engine.close()
+        service.close(timeout=120.0)
     print(f"{totals['stored']} stored, {totals['unchanged']} already there, {totals['skipped']} "
           f"skipped ({extraction} extraction) from {workdir / 'db.sqlite'}"
           + (f"; {plural(len(problems), 'unreadable row')} skipped" if problems else ""))

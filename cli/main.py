@@ -9,7 +9,6 @@ quietly with 141, as for a program stopped by SIGPIPE.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import hashlib
 import json
 import re
@@ -21,15 +20,12 @@ from pathlib import Path
 
 os.environ.setdefault("GRAPHITI_TELEMETRY_ENABLED", "false")
 
-from memoryplus.config.paths import data_dir, default_data_dir, load_settings  # noqa: E402
-from memoryplus.config.schema import MEMORY_MODES, SettingsError, validate  # noqa: E402
+from memoryplus.cli.session import CliError, open_for, progress, settings_for  # noqa: E402
+from memoryplus.config.paths import default_data_dir  # noqa: E402
+from memoryplus.config.schema import MEMORY_MODES, SettingsError  # noqa: E402
 from memoryplus.common.isodates import parse_iso  # noqa: E402
 from memoryplus.wire.records import Turn  # noqa: E402
 from memoryplus.common.wording import plural, readable, shorten  # noqa: E402
-
-
-class CliError(Exception):
-    pass
 
 
 _UNITS = {"minute": timedelta(minutes=1), "hour": timedelta(hours=1), "day": timedelta(days=1),
@@ -182,27 +178,6 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _settings(args):
-    directory = data_dir(override=args.data_dir) if args.data_dir else default_data_dir()
-    settings, problems = load_settings(directory)
-    for p in problems:
-        print(f"memoryplus: warning: {p}", file=sys.stderr)
-    values = settings.model_dump()
-    for flag, key in (("backend", "backend"), ("extraction", "extraction_engine"), ("mode", "memory_mode")):
-        if getattr(args, flag, None):
-            values[key] = getattr(args, flag)
-    settings = validate(values)
-    banks_dir = Path(args.data_dir).expanduser() if args.data_dir else data_dir(settings)
-    return settings, banks_dir
-
-
-def _engine(args):
-    from memoryplus.engine.memory_engine import MemoryEngine
-    from memoryplus.engine.providers import credentials_from_env
-    settings, banks_dir = _settings(args)
-    return MemoryEngine(settings, banks_dir, credentials_from_env(), app="the memoryplus command")
-
-
 def _read_turns(path: str) -> list[Turn]:
     turns, problems = [], []
     try:
@@ -240,16 +215,6 @@ def _file_line(problem: str, line_of: list[int]) -> str:
     if m is None or not 1 <= int(m.group(1)) <= len(line_of):
         return problem
     return f"line {line_of[int(m.group(1)) - 1]}:" + problem[m.end():]
-
-
-def _progress(done: int, total: int) -> None:
-    if sys.stderr.isatty():
-        width = 30
-        filled = int(width * done / max(total, 1))
-        print(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total}", end="", file=sys.stderr,
-              flush=True)
-        if done >= total:
-            print(file=sys.stderr)
 
 
 def _result_json(r) -> dict:
@@ -291,54 +256,65 @@ def launch(pygpt_args: list[str]) -> int:
     return 0
 
 
-async def _run(args) -> int:
+# How long the command waits for an operation (through a worker; in process it waits to the end)
+READ_S, WRITE_S, LONG_S = 120.0, 600.0, 3600.0
+
+
+def _run(args) -> int:
     if args.command == "import-pygpt":
         from memoryplus.cli.import_pygpt import run_import
-        return await run_import(args)
-    engine = _engine(args)
+        return run_import(args)
+    settings, banks_dir = settings_for(args)
+    service = open_for(args, settings, banks_dir)
     try:
-        return await _dispatch(engine, args)
+        return _dispatch(service, settings, args)
     finally:
-        await engine.close()
+        service.close(timeout=120.0)
 
 
-async def _dispatch(engine, args) -> int:
+def _dispatch(service, settings, args) -> int:
+    from memoryplus.wire.protocol import BankParams, ImportParams, IngestParams, RememberParams, SearchParams
     cmd = args.command
     if cmd == "ingest":
         turns = _read_turns(args.file)
-        size = args.batch or engine.settings.batch_size
+        size = args.batch or settings.batch_size
         stored = unchanged = skipped = 0
         for i in range(0, len(turns), size):
-            rep = await engine.ingest(args.bank, turns[i:i + size])
+            batch = turns[i:i + size]
+            rep = service.ingest(IngestParams(bank=args.bank, turns=batch),
+                                 timeout=max(60.0, settings.runner_timeout_s * len(batch))).result()
             stored += len(rep.stored)
             unchanged += len(rep.unchanged)
             skipped += len(rep.skipped)
-            await engine.maintain()   # keeps Kuzu's native memory bounded on long imports
-            _progress(min(i + size, len(turns)), len(turns))
+            service.maintain().result()   # keeps Kuzu's native memory bounded on long imports
+            progress(min(i + size, len(turns)), len(turns))
         print(f"{stored} stored, {unchanged} already there, {skipped} skipped "
-              f"({engine.extraction} extraction) in bank {args.bank!r}")
+              f"({service.status().get('extraction')} extraction) in bank {args.bank!r}")
         return 0
     if cmd == "remember":
-        rep = await engine.remember(args.bank, args.text)
+        rep = service.remember(RememberParams(bank=args.bank, text=args.text), timeout=WRITE_S).result()
         print("remembered" if rep.stored else "already remembered")
         return 0
     if cmd == "search":
         as_of = parse_iso(args.as_of) if args.as_of else None   # time_arg has checked it
+
+        def search(query: str):
+            return service.search(SearchParams(bank=args.bank, query=query, limit=args.limit, as_of=as_of),
+                                  timeout=READ_S).result()
         if args.queries:
             try:
                 queries = Path(args.queries).read_text(encoding="utf-8").splitlines()
             except OSError as exc:
                 raise CliError(f"cannot read {args.queries}: {exc.strerror or exc}") from None
             for query in queries:
-                results = await engine.search(args.bank, query, args.limit, as_of)
-                print(json.dumps([_result_json(r) for r in results], ensure_ascii=False), flush=True)
+                print(json.dumps([_result_json(r) for r in search(query)], ensure_ascii=False), flush=True)
             return 0
-        _print_results(await engine.search(args.bank, args.query, args.limit, as_of), args.json)
+        _print_results(search(args.query), args.json)
         return 0
     if cmd == "forget":
-        return await _forget(engine, args)
+        return _forget(service, args)
     if cmd == "stats":
-        st = await engine.stats(args.bank)
+        st = service.stats(BankParams(bank=args.bank), timeout=READ_S).result()
         if args.json:
             print(json.dumps(st.model_dump(), ensure_ascii=False))
         else:
@@ -346,8 +322,8 @@ async def _dispatch(engine, args) -> int:
                 print(f"{k:>18}: {v}")
         return 0
     if cmd == "export":
-        records = await engine.export(args.bank)
-        text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
+        records = service.export(BankParams(bank=args.bank), timeout=LONG_S).result()
+        text = "".join(json.dumps(r.model_dump(mode="json"), ensure_ascii=False) + "\n" for r in records)
         if args.out:
             Path(args.out).write_text(text, encoding="utf-8")
             print(f"{plural(len(records), 'record')} written to {args.out}", file=sys.stderr)
@@ -372,19 +348,19 @@ async def _dispatch(engine, args) -> int:
         if not records and problems:
             raise CliError(f"{args.file}: not a MemoryPlus export: {plural(len(problems), 'bad line')}, "
                            f"nothing imported: " + "; ".join(problems[:5]))
-        out = await engine.import_(args.bank, records)
+        out = service.import_records(ImportParams(bank=args.bank, records=records), timeout=LONG_S).result()
         # the engine numbers the records it was given; report the file's own line numbers
-        problems += [_file_line(p, line_of) for p in out["problems"]]
+        problems += [_file_line(p, line_of) for p in out.problems]
         problems.sort(key=lambda p: int(m.group(1)) if (m := _LINE.match(p)) else 0)
-        print(f"imported {plural(out['episodes'], 'episode')}, {plural(out['entities'], 'entity', 'entities')}, "
-              f"{plural(out['facts'], 'fact')}")
+        print(f"imported {plural(out.episodes, 'episode')}, {plural(out.entities, 'entity', 'entities')}, "
+              f"{plural(out.facts, 'fact')}")
         if problems:
             print(f"memoryplus: {plural(len(problems), 'bad line')} skipped, the other lines imported: "
                   + "; ".join(problems[:5]), file=sys.stderr)
             return 1
         return 0
     if cmd == "banks":
-        banks = await engine.banks_info()
+        banks = service.banks(timeout=READ_S).result()
         if args.json:
             print(json.dumps([b.model_dump() for b in banks], ensure_ascii=False))
         else:
@@ -393,17 +369,19 @@ async def _dispatch(engine, args) -> int:
                       f"{plural(b.facts, 'fact')}\t{b.backend}")
         return 0
     if cmd == "reembed":
-        n = await engine.reembed(args.bank)
+        n = service.reembed(BankParams(bank=args.bank), timeout=LONG_S).result()
         print(f"re-embedded {plural(n, 'vector')}")
         return 0
     raise CliError(f"unknown command {cmd}")
 
 
-async def _forget(engine, args) -> int:
+def _forget(service, args) -> int:
     """Every form shows first what would go, and forgets only with --yes; ids the bank does
     not hold are an error before anything is removed."""
+    from memoryplus.wire.protocol import ForgetParams
     ids = list(dict.fromkeys(args.ids or []))
-    preview = await engine.forget(args.bank, last=args.last, ids=ids, text=args.text, confirm=False)
+    request = ForgetParams(bank=args.bank, last=args.last, ids=ids, text=args.text, confirm=False)
+    preview = service.forget(request, timeout=WRITE_S).result()
     if ids:
         missing = [i for i in ids if i not in preview.forgotten]
         if missing:
@@ -426,7 +404,7 @@ async def _forget(engine, args) -> int:
             print(f"{what}; run again with --yes to forget {'it' if len(preview.matches) == 1 else 'them'}:")
             _print_results(preview.matches, False, scores=bool(args.text))
         return 0
-    rep = await engine.forget(args.bank, last=args.last, ids=ids, text=args.text)
+    rep = service.forget(request.model_copy(update={"confirm": True}), timeout=WRITE_S).result()
     if args.json:
         print(json.dumps({"forgotten": rep.forgotten, "episodes_removed": rep.episodes_removed}))
     else:
@@ -481,7 +459,7 @@ def _main(argv: list[str] | None) -> int:
         run_bench(mode, args.bench_json, recall_file=args.bench_recall, recall_limit=args.bench_limit)
         return 0
     try:
-        return asyncio.run(_run(args))
+        return _run(args)
     except BrokenPipeError:
         raise
     except KeyboardInterrupt:

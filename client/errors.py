@@ -9,11 +9,13 @@ from memoryplus.wire import protocol as P
 
 
 class WorkerError(RuntimeError):
-    """The worker answered with an error; `type` is the engine's exception class name."""
+    """The worker answered with an error; `type` is the engine's exception class name, `code`
+    what the caller does about it (wire/errors.py)."""
 
-    def __init__(self, type_: str, message: str):
+    def __init__(self, type_: str, message: str, code: str = "internal"):
         super().__init__(message)
         self.type = type_
+        self.code = code
 
 
 class WorkerUnavailable(RuntimeError):
@@ -31,7 +33,7 @@ class RequestTimeout(TimeoutError):
 def answer_error(msg: P.Response) -> WorkerError:
     """The exception a failed answer stands for, its message cleared of secrets."""
     e = msg.error or P.ErrorInfo(type="Error", message="unknown error")
-    return WorkerError(e.type, redact.redact(e.message))
+    return WorkerError(e.type, redact.redact(e.message), e.code)
 
 
 def settle(future: cf.Future, result: Any = None, exc: BaseException | None = None) -> None:

@@ -22,9 +22,6 @@ import logging
 import threading
 import types
 from collections import OrderedDict
-import time
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,58 +30,26 @@ from PySide6.QtCore import Qt, QTimer, Signal, Slot
 from pygpt_net.core.events import Event
 from pygpt_net.plugin.base.plugin import BasePlugin
 
+from memoryplus.common.wording import shorten
 from memoryplus.config.schema import TABS, defaults
-from memoryplus.plugin import commands as chat_commands
 from memoryplus.plugin import host
-from memoryplus.plugin.memory_block import build_block, inject
-from memoryplus.common.wording import plural, readable, shorten
+from memoryplus.plugin.chat import ChatCommandsMixin
+from memoryplus.plugin.status import StatusMixin
+from memoryplus.plugin.turns import TurnsMixin
 
 if TYPE_CHECKING:   # pydantic models: imported on the start-up thread, not at import
+    from memoryplus.plugin.turns import PendingSearch
     from memoryplus.wire.records import SearchResult, Turn
 
 log = logging.getLogger("memoryplus.plugin")
 
 PLUGIN_ID = "memoryplus"
-GUI_BUDGET_S = 0.02        # the longest the GUI thread ever waits on us
-INJECT_WAIT_S = 4.0        # off the GUI thread: how long a turn waits for its memories
-SEARCH_TIMEOUT_S = 15.0
-COMMAND_TIMEOUT_S = 60.0
-# How much of a memory a command's reply quotes (characters, cut at a word or sentence boundary)
-REPLY_TEXT, OFFER_TEXT, CONFIRM_TEXT = 160, 240, 160
-EXPIRY_EVERY_S = 24 * 3600
 TURN_EVENTS = frozenset({Event.INPUT_BEFORE, Event.CTX_BEFORE, Event.POST_PROMPT_END, Event.CTX_END})
 
 
-@dataclass
-class PendingSearch:
-    bank: str
-    query: str
-    started: float
-    done: threading.Event = field(default_factory=threading.Event)
-    results: list[SearchResult] | None = None
-    generation: object = None
-
-
-def _snapshot(ctx) -> Any:
-    """What bank_for() and turn_from_ctx() read of a turn, kept while the start is under way
-    (PyGPT may go on changing its CtxItem)."""
-    meta = getattr(ctx, "meta", None)
-    return types.SimpleNamespace(
-        input=getattr(ctx, "input", ""), output=getattr(ctx, "output", ""),
-        id=getattr(ctx, "id", None) or f"obj{id(ctx)}", meta_id=getattr(ctx, "meta_id", None),
-        input_timestamp=getattr(ctx, "input_timestamp", None) or time.time(),
-        meta=None if meta is None else types.SimpleNamespace(id=getattr(meta, "id", None),
-                                                             preset=getattr(meta, "preset", None)))
-
-
-def _why(exc: BaseException) -> str:
-    """An error, for a chat reply: one line, secrets redacted."""
-    from memoryplus.common.redact import redact
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return shorten(redact(text), 300)
-
-
-class Plugin(BasePlugin):
+class Plugin(TurnsMixin, ChatCommandsMixin, StatusMixin, BasePlugin):
+    """Life cycle, settings and the events' dispatch here; a turn's search and storing in
+    plugin/turns.py, the chat commands in plugin/chat.py, what the user is told in plugin/status.py."""
     notify = Signal(str)           # text for the user, shown on the GUI thread
     replied = Signal(str, str)     # (the command typed, our reply): shown in the chat, GUI thread
     restore_requested = Signal(object)   # mirrored values PyGPT lost: restored on the GUI thread
@@ -102,7 +67,8 @@ class Plugin(BasePlugin):
         self.tabs = dict(TABS)
         # The defaults (plain values, no pydantic) until _build() has validated the saved ones.
         self.settings: Any = types.SimpleNamespace(**defaults())
-        self.client = None
+        self.client = None       # the WorkerClient under `service` (its life cycle is the service's)
+        self.service = None      # RemoteMemoryService: every memory operation goes through it
         self.queue = None
         self.cache = None
         self.sanitizer = None
@@ -216,6 +182,7 @@ class Plugin(BasePlugin):
             from memoryplus.plugin.queue import IngestQueue
             from memoryplus.plugin.sanitize import Sanitizer
             from memoryplus.client.worker_client import WorkerClient
+            from memoryplus.service.remote import RemoteMemoryService
             s = self.settings
             self.sanitizer = Sanitizer(s)
             for problem in self.sanitizer.problems:
@@ -228,6 +195,7 @@ class Plugin(BasePlugin):
             from memoryplus.plugin.cache import bank_events_listener   # what other clients change
             client.subscribe(bank_events_listener(self.cache, lambda: self.queue))
             self.client = client
+            self.service = RemoteMemoryService(client)
             queue = IngestQueue(self.user_dir() / "spool", s, self._ingest_batch)
             queue.start()
             while True:   # turns that ended while we were starting, in order, with our settings
@@ -323,7 +291,7 @@ class Plugin(BasePlugin):
         if str(self.queue.counts().get("paused_reason") or "").startswith("LLM call limit"):
             self.queue.resume()   # the sink pauses again at once if the new limit is still spent
         self._creds = host.credentials(self.window, s)
-        self.client.update_settings(s, self._creds)
+        self.service.update_settings(s, self._creds)
 
     def shutdown(self, enabled: bool = True):  # PyGPT 2.9: on exit
         self._stop()
@@ -337,8 +305,8 @@ class Plugin(BasePlugin):
         try:
             if self.queue is not None:
                 self.queue.stop(timeout=5.0)      # what is not stored stays spooled
-            if self.client is not None:
-                self.client.close(timeout=10.0)
+            if self.service is not None:
+                self.service.close(timeout=10.0)
         except Exception as exc:
             log.warning("MemoryPlus shutdown: %s", exc)
         finally:
@@ -382,328 +350,6 @@ class Plugin(BasePlugin):
         elif name == Event.CTX_END and isinstance(event, Event) and event.ctx is not None:
             self._on_turn_end(event.ctx)
 
-    # ── retrieval ──────────────────────────────────────────────────────────────────────
-    def _start_search(self, ctx) -> None:
-        s = self.settings
-        if not s.inject_context or ctx is None or self.client is None:
-            return
-        query = str(getattr(ctx, "input", "") or "").strip()
-        if not query:
-            return
-        bank = host.bank_for(ctx, s)
-        pending = PendingSearch(bank=bank, query=query, started=time.monotonic())
-        with self._lock:
-            self._searches[id(ctx)] = pending
-            if len(self._searches) > 32:   # turns that never reached POST_PROMPT_END
-                for key in list(self._searches)[:-32]:
-                    del self._searches[key]
-        cached = self.cache.get(bank, query) if self.cache else None
-        if cached is not None:
-            pending.results = cached
-            pending.done.set()
-            return
-        # A search racing a write to its bank must not be cached as if it were fresh.
-        pending.generation = self.cache.generation(bank) if self.cache else None
-        future = self.client.submit("search", {"bank": bank, "query": query, "limit": s.context_limit},
-                                    timeout=SEARCH_TIMEOUT_S)
-        future.add_done_callback(lambda f, p=pending: self._search_done(p, f))
-
-    def _search_done(self, pending: PendingSearch, future) -> None:
-        try:
-            from memoryplus.wire.records import SearchResult
-            raw = future.result()
-            pending.results = [SearchResult.model_validate(r) for r in raw or []]
-            if self.cache is not None:
-                self.cache.put(pending.bank, pending.query, pending.results, generation=pending.generation)
-        except Exception as exc:
-            if "unknown bank" not in str(exc):  # a preset's first chat: nothing stored yet
-                self.last_error = f"search failed: {exc}"
-                self.counters["errors"] += 1
-            pending.results = []
-        finally:
-            pending.done.set()
-
-    def _inject(self, ctx, prompt: str) -> str:
-        # The bridge hands POST_PROMPT_END the very ctx object CTX_BEFORE had: that ties the
-        # search to its turn (the earlier plugin's results landed one turn late).
-        with self._lock:
-            pending = self._searches.pop(id(ctx), None) if ctx is not None else None
-        if pending is None or not self.settings.inject_context:
-            return prompt
-        on_gui = threading.current_thread() is threading.main_thread()
-        if not pending.done.wait(GUI_BUDGET_S if on_gui else INJECT_WAIT_S):
-            self.counters["late"] += 1        # the turn goes ahead without memories
-            return prompt
-        s = self.settings
-        block = build_block(pending.results or [], limit=s.context_limit, max_tokens=s.max_injected_tokens,
-                            prefer_over_vector_store=s.disable_default_vector_store)
-        if not block:
-            self.counters["empty"] += 1
-            return prompt
-        self.counters["injected"] += 1
-        return inject(prompt, block)
-
-    # ── ingestion ──────────────────────────────────────────────────────────────────────
-    @staticmethod
-    def is_real_turn(ctx) -> bool:
-        """Only what the user really said and got answered: not internal calls, agent
-        sub-calls, tool continuations, stopped or empty turns."""
-        for flag in ("internal", "sub_call", "stopped", "turn_continuation", "agent_call"):
-            if getattr(ctx, flag, False):
-                return False
-        return bool(str(getattr(ctx, "input", "") or "").strip()
-                    and str(getattr(ctx, "output", "") or "").strip())
-
-    def turn_from_ctx(self, ctx) -> Turn:
-        from memoryplus.wire.records import Turn
-        meta = getattr(ctx, "meta", None)
-        meta_id = getattr(meta, "id", None) or getattr(ctx, "meta_id", None) or "0"
-        ctx_id = getattr(ctx, "id", None) or f"obj{id(ctx)}"
-        stamp = getattr(ctx, "input_timestamp", None)
-        when = datetime.fromtimestamp(stamp, timezone.utc) if stamp else datetime.now(timezone.utc)
-        return Turn(id=f"pygpt:{meta_id}:{ctx_id}", user=str(ctx.input or ""),
-                    assistant=str(ctx.output or ""), time=when)
-
-    def _on_turn_end(self, ctx) -> None:
-        if not self.is_real_turn(ctx):
-            return
-        with self._lock:
-            queue = self.queue
-            if queue is None:   # still starting: handled on the start-up thread, with the saved settings
-                self._early_turns.append(_snapshot(ctx))
-                return
-        self._take_turn(ctx, queue)
-
-    def _take_turn(self, ctx, queue) -> None:
-        bank = host.bank_for(ctx, self.settings)
-        turn = self.turn_from_ctx(ctx)
-        key = f"{bank}\x00{turn.id}\x00{hash((turn.user, turn.assistant))}"
-        if key in self._seen_turns:      # the same turn dispatched twice
-            return
-        self._seen_turns[key] = None
-        if len(self._seen_turns) > 1000:
-            self._seen_turns.popitem(last=False)
-        self._last_turn[bank] = turn
-        if not self.settings.auto_ingest:
-            return
-        queue.put(bank, turn)
-
-    def _ingest_batch(self, bank: str, turns: list[Turn]):
-        """The queue's sink: runs on the queue's thread, never the GUI thread."""
-        from memoryplus.plugin.queue import IngestError
-        from memoryplus.client.worker_client import RequestTimeout, WorkerError, WorkerUnavailable
-        from memoryplus.wire.records import IngestReport
-        self._check_llm_budget()
-        # Sanitized here, on the queue's thread: custom rules may take a while on long turns.
-        clean = self.sanitizer.clean if self.sanitizer else (lambda t: t)
-        turns = [t.model_copy(update={"user": clean(t.user), "assistant": clean(t.assistant)}) for t in turns]
-        # More turns of this bank queued (a backlog): the worker may flush Kuzu's log with a
-        # later batch. Another bank's turns do not count: nothing would flush this one.
-        defer = (self.settings.engine_mode != "subprocess" and self.queue is not None
-                 and self.queue.waiting(bank) > 0)
-        try:
-            raw = self.client.call("ingest", {"bank": bank, "turns": [t.model_dump(mode="json") for t in turns],
-                                              "defer_flush": defer},
-                                   timeout=max(60.0, self.settings.runner_timeout_s * len(turns)))
-        except WorkerError as exc:
-            retryable = exc.type not in ("BankNameError", "ValidationError", "EngineError")
-            self._storing_failed(str(exc))
-            raise IngestError(str(exc), retryable=retryable) from None
-        except (RequestTimeout, WorkerUnavailable) as exc:
-            self._storing_failed(str(exc))
-            raise IngestError(str(exc), retryable=True) from None
-        self._streak.clear()
-        report = IngestReport.model_validate(raw)    # flushed=False: the queue keeps them spooled
-        if report.embedder.get("id"):
-            self._bank_embedders[bank] = dict(report.embedder)
-        if report.fallbacks:
-            from memoryplus.plugin.problems import llm_fallback
-            self._say_once(llm_fallback(next(iter(report.fallbacks.values())), self.settings.graphiti_model))
-        if self.cache is not None:
-            self.cache.invalidate(bank)
-        if report.llm_calls:
-            self._llm_calls.append((time.monotonic(), report.llm_calls))
-        return report
-
-    def _check_llm_budget(self) -> None:
-        limit = self.settings.max_llm_calls_per_hour
-        if not limit or self.queue is None:
-            return
-        now = time.monotonic()
-        self._llm_calls = [(t, n) for t, n in self._llm_calls if now - t < 3600]
-        if sum(n for _, n in self._llm_calls) >= limit:
-            wait = 3600 - (now - self._llm_calls[0][0])
-            self.queue.pause(f"LLM call limit ({limit}/hour) reached; storing resumes in {int(wait // 60) + 1} min")
-            timer = threading.Timer(wait, self.queue.resume)
-            timer.daemon = True
-            timer.start()
-            from memoryplus.plugin.queue import IngestError
-            raise IngestError("LLM call limit reached", paused=True)
-
-    # ── chat commands ──────────────────────────────────────────────────────────────────
-    def current_bank(self) -> str:
-        preset = ""
-        try:
-            preset = self.window.core.config.get("preset") or ""
-        except Exception:
-            pass
-
-        class _Meta:  # the shape bank_for() reads
-            pass
-        meta = _Meta()
-        meta.preset = preset
-        ctx = _Meta()
-        ctx.meta = meta
-        return host.bank_for(ctx, self.settings)
-
-    def _on_input(self, data: dict) -> None:
-        flagging = self.settings.manual_flagging
-        if self.queue is None:   # still starting: the saved value, not yet validated
-            try:
-                flagging = self.get_option_value("manual_flagging") is not False
-            except Exception:
-                pass
-        if not flagging:
-            return
-        typed = str(data.get("value", "") or "")
-        cmd = chat_commands.parse(typed)
-        if cmd is None:
-            return
-        data["stop"] = True     # the command is ours: nothing goes to the model
-        data["silent"] = True
-        self.counters["commands"] += 1
-
-        def say(text: str) -> None:   # from any thread: the reply shows in the chat
-            self.replied.emit(typed.strip(), text)
-        if self.client is None or self.queue is None:
-            say("MemoryPlus is still starting; send the command again in a moment.")
-            return
-        bank = self.current_bank()
-        if cmd.name == "invalid":
-            say(cmd.error[:1].upper() + cmd.error[1:] + ".")
-        elif cmd.name == "remember":
-            self._remember(bank, cmd.text, say)
-        elif cmd.name == "forget":
-            self._forget(bank, cmd.text, say)
-        elif cmd.name in ("confirm", "cancel"):
-            self._confirm_forget(bank, cmd, say)
-
-    def _remember(self, bank: str, text: str, say) -> None:
-        if text:
-            fut = self.client.submit("remember", {"bank": bank, "text": text}, timeout=COMMAND_TIMEOUT_S)
-            fut.add_done_callback(lambda f: self._after(f, f"Remembered: {shorten(text, REPLY_TEXT)}",
-                                                        bank, say))
-            return
-        turn = self._last_turn.get(bank)
-        if turn is None:
-            say("Nothing to remember yet: /remember_this needs a text or a previous turn.")
-            return
-        explicit = turn.model_copy(update={"explicit": True})
-        self.queue.put(bank, explicit)
-        say(f"Remembered the previous turn: {shorten(turn.user, REPLY_TEXT)}")
-
-    def _forget(self, bank: str, text: str, say) -> None:
-        if not text:
-            turn = self._last_turn.get(bank)
-            if turn is None:
-                say("Nothing to forget: there is no previous turn in this conversation.")
-                return
-            where = self.queue.remove(bank, turn.id)
-            if where is True or where == "removed":
-                say(f"Forgotten before it was stored: {shorten(turn.user, REPLY_TEXT)}")
-                return
-            # stored, or being stored: forget it by its id once the queue is done with it
-            threading.Thread(target=self._forget_stored_turn, args=(bank, turn, say), daemon=True).start()
-            return
-
-        def search_then_offer():
-            # Turns still queued are stored first, so that they can be offered too.
-            try:
-                self.queue.flush(timeout=COMMAND_TIMEOUT_S)
-                fut = self.client.submit("forget", {"bank": bank, "text": text, "confirm": False},
-                                         timeout=COMMAND_TIMEOUT_S)
-            except Exception as exc:
-                say(f"Could not search the memories to forget: {_why(exc)}")
-                return
-            fut.add_done_callback(lambda f: self._offer(bank, text, f, say))
-        threading.Thread(target=search_then_offer, daemon=True, name="memoryplus-forget").start()
-
-    def _forget_stored_turn(self, bank: str, turn: Turn, say) -> None:
-        from memoryplus.wire.banks import episode_uuid, slug
-        try:
-            self.queue.flush(timeout=COMMAND_TIMEOUT_S)
-            result = self.client.call("forget", {"bank": bank, "ids": [episode_uuid(slug(bank), turn.id)]},
-                                      timeout=COMMAND_TIMEOUT_S)
-            self.cache.invalidate(bank)
-            self.forgotten(bank, result)
-            gone = result.get("episodes_removed", 0) if isinstance(result, dict) else 0
-            say(f"Forgot the last turn: {shorten(turn.user, REPLY_TEXT)}" if gone
-                else "That turn was not stored, so there was nothing to forget.")
-        except Exception as exc:
-            say(f"Could not forget the last turn: {_why(exc)}")
-
-    def _offer(self, bank: str, text: str, future, say) -> None:
-        try:
-            report = future.result()
-        except Exception as exc:
-            say(f"Could not search the memories to forget: {_why(exc)}")
-            return
-        from memoryplus.wire.records import SearchResult
-        matches = [SearchResult.model_validate(m) for m in report.get("matches", [])]
-        if not matches:
-            self._forget_offer = None
-            say(f"Nothing matches “{shorten(text, REPLY_TEXT)}” strongly, so nothing was forgotten.")
-            return
-        self._forget_offer = (bank, matches)
-        lines = [f"{i}. {shorten(readable(m.text), OFFER_TEXT)}" for i, m in enumerate(matches, 1)]
-        them = "it" if len(matches) == 1 else "them all"
-        some = ("" if len(matches) == 1 else
-                ", /forget_that 1 3 to forget only some, /forget_that keep 2 to keep some")
-        say(f"{plural(len(matches), 'memory matches', 'memories match')} “{shorten(text, REPLY_TEXT)}”:"
-            "\n\n" + "\n".join(lines) +
-            f"\n\nType /forget_that yes to forget {them}{some}, or /forget_that no to keep "
-            f"{'it' if len(matches) == 1 else 'them'}.")
-
-    def _confirm_forget(self, bank: str, cmd, say) -> None:
-        offer, self._forget_offer = self._forget_offer, None
-        if cmd.name == "cancel" or offer is None or offer[0] != bank:
-            say("Nothing was forgotten." if cmd.name == "cancel" else
-                "Nothing to confirm: use /forget_that TEXT first.")
-            return
-        _, matches = offer
-        chosen = [m for i, m in enumerate(matches, 1)
-                  if (not cmd.only or i in cmd.only) and i not in cmd.keep]
-        if not chosen:
-            say("Nothing was forgotten.")
-            return
-        fut = self.client.submit("forget", {"bank": bank, "ids": [m.id for m in chosen]}, timeout=COMMAND_TIMEOUT_S)
-        what = "\n".join(f"- {shorten(readable(m.text), CONFIRM_TEXT)}" for m in chosen)
-        fut.add_done_callback(lambda f: self._after(
-            f, f"Forgot {plural(len(chosen), 'memory', 'memories')}:\n\n{what}", bank, say))
-
-    def _after(self, future, message: str, bank: str, say) -> None:
-        try:
-            self.forgotten(bank, future.result())
-            if self.cache is not None:
-                self.cache.invalidate(bank)
-            say(message)
-        except Exception as exc:
-            problem = self._problem(str(exc))
-            if problem is not None:
-                with self._lock:
-                    self._said.add(problem.cause)
-            say(f"MemoryPlus could not do that: {problem.text if problem else _why(exc)}")
-
-    def forgotten(self, bank: str, report) -> None:
-        """After the worker forgot turns (a ForgetReport's `sources`; None for a cleared bank):
-        the queue's spool lets go of its copies, so no replay stores them again."""
-        if self.queue is None:
-            return
-        if report is None:
-            self.queue.forgotten(bank)
-        elif isinstance(report, dict) and report.get("sources"):
-            self.queue.forgotten(bank, [str(s) for s in report["sources"]])
-
     # ── talking to the user (GUI thread only) ──────────────────────────────────────────
     def _report(self, text: str) -> None:
         self.last_error = text
@@ -733,119 +379,6 @@ class Plugin(BasePlugin):
         except Exception as exc:
             log.warning("cannot show a reply in the chat: %s", exc)
 
-    def _problem(self, error: str):
-        """The fixable cause behind an error text (see problems.py), or None."""
-        from memoryplus.plugin.problems import diagnose
-        st = self.client.status() if self.client is not None else {}
-        return diagnose(error, python=st.get("python") or "", endpoints=self._endpoints(st))
-
-    def _endpoints(self, st: dict) -> str:
-        """Which servers MemoryPlus talks to, by host only (for the texts of problems)."""
-        from memoryplus.common.redact import host_of
-        s, c = self.settings, self._creds
-        parts = []
-        if st.get("extraction") == "llm":
-            pygpt = c.ollama_base_url if c is not None and c.model_provider == "ollama" else \
-                (c.openai_base_url if c is not None else "")
-            parts.append(f"LLM at {host_of(s.override_base_url or pygpt or 'https://api.openai.com/v1')}")
-        emb = ((st.get("embedder") or {}).get("new_banks") or {})
-        if emb.get("provider") and emb.get("provider") not in ("local", "hash"):
-            parts.append(f"embeddings {emb.get('id')}: {emb.get('why')}")
-        return "; ".join(parts)
-
-    def _say_problem(self, error: str, generic: str = "") -> None:
-        """Tell the user once about a cause they can fix; `generic`: a cause key for an
-        unrecognised error that must still be said (the worker cannot start)."""
-        from memoryplus.plugin.problems import Problem
-        problem = self._problem(error)
-        if problem is None and generic:
-            from memoryplus.common.redact import redact
-            st = self.client.status() if self.client is not None else {}
-            python = st.get("python") or "python"
-            problem = Problem(f"worker:{generic}", redact(
-                f"MemoryPlus's memory worker cannot run: {error[:400]}\n\nYour turns are kept on "
-                f"disk, not stored. To see why: \"{python}\" -m memoryplus doctor; then use Restart "
-                f"worker in the memory browser (MemoryPlus menu)."))
-        if problem is not None:
-            self._say_once(problem)
-
-    def _storing_failed(self, error: str) -> None:
-        """A cause that may pass by itself (an unreachable server) is said once a turn has
-        failed on it as many times as the queue tries (Ingestion Retry Attempts); one that will
-        not (a missing package, a refused key, a bank in use) at once."""
-        problem = self._problem(error)
-        if problem is None:
-            return
-        n = self._streak[problem.cause] = self._streak.get(problem.cause, 0) + 1
-        if problem.cause != "unreachable" or n >= self.settings.retry_attempts:
-            self._say_once(problem)
-
-    def _say_once(self, problem) -> None:
-        with self._lock:
-            if problem.cause in self._said:
-                return
-            self._said.add(problem.cause)
-        log.warning("%s", problem.text.splitlines()[0])
-        self._report(problem.text)      # an alert dialog in PyGPT (the text has several lines)
-
-    def _watch_worker(self, st: dict) -> None:
-        """A worker that cannot start (or keeps dying) is said once, with its reason."""
-        state = st.get("state")
-        if state in ("fallback", "broken") and st.get("last_error"):
-            self._say_problem(str(st["last_error"]), generic=state)
-
-    def embedder_text(self, st: dict) -> str:
-        """The embedder in use for the current bank (else for new banks) and why."""
-        info = st.get("embedder") or {}
-        bank = self.current_bank()
-        cur = (self._bank_embedders.get(bank) or (info.get("banks") or {}).get(bank)
-               or info.get("new_banks") or {})
-        ident, why = cur.get("id") or "", cur.get("why") or ""
-        if not ident:
-            return f"Embeddings: {why}" if why else ""
-        if ident.startswith("hash") and "not installed" not in why:
-            from memoryplus.config.install import local_embedder_hint
-            why = (f"hashed word features: the offline embedder was not installed when this bank "
-                   f"was built. {local_embedder_hint(st.get('python') or '')}")
-        return f"Embeddings in use: {ident} — {why}" if why else f"Embeddings in use: {ident}"
-
-    def _ask_embedder(self, bank: str) -> None:
-        """The embedder an existing bank was built with (it keeps it), asked once (off the GUI
-        thread: the answer arrives on the client's thread)."""
-        if bank in self._asked_embedder or bank in self._bank_embedders or self.client is None:
-            return
-        self._asked_embedder.add(bank)
-
-        def done(fut) -> None:
-            try:
-                st = fut.result()
-                if isinstance(st, dict) and st.get("embedder"):
-                    self._bank_embedders.setdefault(bank, {"id": st["embedder"],
-                                                           "why": st.get("embedder_note") or ""})
-            except Exception:      # unknown bank (nothing stored yet): the new-bank choice shows
-                pass
-        self.client.submit("stats", {"bank": bank}, timeout=COMMAND_TIMEOUT_S).add_done_callback(done)
-
-    def _show_embedder(self, st: dict) -> None:
-        """On the settings page, under Embedding Provider: the embedder in use and why."""
-        if st.get("state") == "ready":
-            self._ask_embedder(self.current_bank())
-        text = self.embedder_text(st)
-        if not text or text == self._embedder_shown:
-            return
-        self._embedder_shown = text
-        from memoryplus.config.schema import options
-        base = next((o.description for o in options() if o.id == "embedding_provider"), "")
-        opt = self.options.get("embedding_provider")
-        if opt is not None:
-            opt["description"] = f"{base}\n\n{text}"
-        try:
-            node = self.window.ui.nodes.get(f"plugin.{self.id}.embedding_provider.desc")
-            if node is not None:
-                node.setText(f"{base}\n\n{text}")
-        except Exception:   # the settings dialog is not built yet: it reads the option
-            pass
-
     @Slot(str)
     def _show_message(self, text: str) -> None:
         try:
@@ -861,69 +394,6 @@ class Plugin(BasePlugin):
         self.last_error = redact(f"MemoryPlus {what}: {type(exc).__name__}: {exc}")[:300]
         log.warning("%s", self.last_error)
 
-    def on_post_update(self):
-        """Every second on the GUI thread: the status line and the daily expiry check."""
-        try:
-            if not self._started or self.client is None:
-                return
-            self._maybe_expire()
-            st = self.client.status()
-            self._watch_worker(st)
-            self._show_embedder(st)
-            text = self.status_text()
-            if text != self._status:
-                self._status = text
-                self.window.update_status(text)
-        except Exception as exc:
-            self._fail("status update", exc)
 
-    def restart_worker(self):
-        """*Restart worker* (the memory browser's button): start a new worker, which also closes
-        an open crash-loop breaker, then requeue the turns that failed meanwhile. Returns the
-        client's future (resolved once the worker is reachable); never blocks the GUI thread."""
-        if self.client is None:
-            return None
-        fut = self.client.restart()
 
-        def requeue(f) -> None:
-            if f.exception() is None and self.queue is not None:
-                n = self.queue.retry_failed()
-                log.info("worker restarted by hand; %d failed turn(s) queued again", n)
-        fut.add_done_callback(requeue)
-        return fut
 
-    def status_text(self) -> str:
-        st = self.client.status() if self.client else {}
-        counts = self.queue.counts() if self.queue else {}
-        parts = [f"{counts.get('pending', 0)} pending"]
-        if counts.get("failed"):
-            parts.append(f"{counts['failed']} failed")
-        if counts.get("skipped"):
-            parts.append(f"{counts['skipped']} skipped by memory mode")
-        if counts.get("corrupt_lines"):
-            parts.append(f"{plural(counts['corrupt_lines'], 'corrupt spool line')} set aside")
-        if counts.get("paused_reason"):
-            parts.append(str(counts["paused_reason"]))
-        parts.append(f"worker {st.get('state', 'starting')}")
-        if st.get("state") == "broken":     # the crash-loop breaker is open
-            parts.append("turns are kept; use Restart worker in the memory browser")
-        if st.get("extraction"):
-            parts.append(f"{st['extraction']} extraction")
-        if self.embedder_text(st).startswith("Embeddings in use: hash"):
-            parts.append("hashed embeddings: the offline embedder is missing (see the settings)")
-        return "MemoryPlus: " + " · ".join(parts)
-
-    def _maybe_expire(self) -> None:
-        days = self.settings.memory_expiry_days
-        now = time.monotonic()
-        if days <= 0 or now - self._last_expiry < EXPIRY_EVERY_S:
-            return
-        self._last_expiry = now
-
-        def run():
-            try:
-                for bank in self.client.call("banks", {}, timeout=COMMAND_TIMEOUT_S):
-                    self.client.call("expire", {"bank": bank["name"], "days": days}, timeout=COMMAND_TIMEOUT_S)
-            except Exception as exc:
-                self._fail("expiry check", exc)
-        threading.Thread(target=run, daemon=True, name="memoryplus-expiry").start()

@@ -32,6 +32,7 @@ NEEDS_PYGPT=(
 )
 NEEDS_PYGPT_TESTS=(
   tests/test_cli.py::test_demo_passes_every_check
+  tests/test_cli.py::test_the_command_goes_through_pygpts_running_worker   # the plugin's worker holds the bank
   tests/test_doctor.py::test_healthy         # expects pygpt-net installed
   tests/test_fuzz.py::test_a_corrupt_spool_keeps_its_good_turns_and_sets_the_bad_lines_aside
 )

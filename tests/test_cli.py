@@ -281,3 +281,39 @@ def test_install_script_is_quiet_and_run_again_only_checks():
     assert again.stderr == ""
     assert again.stdout.strip().splitlines() == [f"MemoryPlus is installed in {ROOT.resolve()}/.venv "
                                                  "(checked; nothing to do)"]
+
+
+def test_the_command_goes_through_pygpts_running_worker(tmp_path):
+    """While PyGPT runs, its plugin's worker holds the banks' Kuzu locks: search, remember and
+    forget typed at the command line go through that worker (they used to fail with "in use"),
+    and the plugin sees at once what they changed."""
+    from memoryplus.plugin.plugin import Plugin
+    from memoryplus.testing.pygpt_host import LOCAL, HostWindow, chat_turn
+
+    window = HostWindow(tmp_path / "pygpt")
+    # no search cache: what the plugin recalls is what its worker's bank holds now
+    window.core.config.data.setdefault("plugins", {})["memoryplus"] = {**LOCAL, "search_cache": False}
+    plugin = window.register(Plugin())
+    plugin._ensure_started()
+    try:
+        window.core.config.set("preset", "current.chat")     # the preset chat_turn talks in
+        chat_turn(window, "My dentist is Dr Okafor, his practice is in Hamburg.", "Noted.", ctx_id=1)
+        assert plugin.queue.flush(timeout=120), plugin.queue.counts()
+        data, bank = plugin.banks_dir(), plugin.current_bank()
+
+        found = run(data, "search", "--bank", bank, "--json", "Who is my dentist?")
+        assert "PyGPT's worker" in found.stderr and "going through it" in found.stderr, found.stderr
+        assert any("Okafor" in r["text"] for r in json.loads(found.stdout)), found.stdout
+
+        remembered = run(data, "remember", "--bank", bank, "My locker code at the gym is 4711.")
+        assert remembered.stdout.strip() == "remembered", remembered.stdout
+        prompt = chat_turn(window, "What is my locker code at the gym?", "Noted.", ctx_id=2)
+        assert "4711" in prompt, "the plugin recalls what the command remembered"
+
+        gone = run(data, "forget", "--bank", bank, "--yes", "locker code at the gym 4711")
+        assert gone.stdout.startswith("forgot ") and not gone.stdout.startswith("forgot 0 "), gone.stdout
+        prompt = chat_turn(window, "Tell me my gym locker code.", "Noted.", ctx_id=3)
+        assert "4711" not in prompt, "the plugin no longer recalls what the command forgot"
+        assert plugin.client.status()["restarts"] == 0, "the plugin's worker was not displaced"
+    finally:
+        plugin.destroy()

@@ -307,7 +307,7 @@ def test_a_failing_handler_degrades_instead_of_hanging_pygpt(host, monkeypatch):
 
 
 def test_a_late_search_lets_the_turn_go_ahead(host, monkeypatch):
-    import memoryplus.plugin.plugin as mod
+    import memoryplus.plugin.turns as mod
     window, plugin = host()
     chat_turn(window, "I live in Berlin.", "ok", ctx_id=1)
     settle(window, plugin)

@@ -70,7 +70,9 @@ def test_a_malformed_llm_answer_stores_the_turn_locally_not_a_failure_or_a_bad_r
     from memoryplus.plugin.plugin import Plugin
     from memoryplus.wire.records import Turn
     plugin = Plugin.__new__(Plugin)
+    from memoryplus.service import RemoteMemoryService
     plugin.client, plugin.cache, plugin.sanitizer, plugin.queue = c, None, None, None
+    plugin.service = RemoteMemoryService(c)
     plugin.settings = s
     plugin._llm_calls, plugin._streak, plugin._bank_embedders, plugin._said = [], {}, {}, set()
     plugin._lock, said = threading.Lock(), []

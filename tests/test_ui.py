@@ -124,7 +124,7 @@ def test_every_view_is_populated_from_a_real_bank(env, browser, qtbot):
 
     # Recall: text, validity window, tags, sources
     rows = search(qtbot, b, "where does my sister live")
-    assert any("Munich" in r["text"] for r in rows)
+    assert any("Munich" in r.text for r in rows)
     table = texts(b.recall.tree)
     assert all(row[2].startswith({"fact": ("current since", "superseded on"), "entity": ("known since",),
                                   "turn": ("said on",)}[row[1]]) for row in table), table
@@ -139,10 +139,10 @@ def test_every_view_is_populated_from_a_real_bank(env, browser, qtbot):
     b.tabs.setCurrentWidget(b.timeline)
     qtbot.waitUntil(lambda: b.timeline.tree.topLevelItemCount() >= 6, timeout=TIMEOUT_MS)
     rows = b.timeline.rows
-    stamps = [r["valid_at"] for r in rows]
+    stamps = [r.valid_at for r in rows]
     assert stamps == sorted(stamps, reverse=True)
-    assert "Berlin" in rows[-1]["text"], "the turn from 30 days ago is the oldest"
-    dentist = next(i for i, r in enumerate(rows) if "Okafor" in r["text"])
+    assert "Berlin" in rows[-1].text, "the turn from 30 days ago is the oldest"
+    dentist = next(i for i, r in enumerate(rows) if "Okafor" in r.text)
     assert "topic: health" in b.timeline.tree.topLevelItem(dentist).text(2)
     b.timeline.tree.topLevelItem(dentist).setSelected(True)
     qtbot.waitUntil(lambda: "Memories from this turn" in b.timeline.detail.toPlainText(), timeout=TIMEOUT_MS)
@@ -156,7 +156,7 @@ def test_every_view_is_populated_from_a_real_bank(env, browser, qtbot):
     qtbot.mouseClick(b.timeline.older, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: b.timeline.offset == 4 and b.timeline.tree.topLevelItemCount() == 2, timeout=TIMEOUT_MS)
     assert b.timeline.newer.isEnabled() and not b.timeline.older.isEnabled()
-    assert "Berlin" in b.timeline.rows[-1]["text"] and b.timeline.page_label.text().startswith("Turns 5–6")
+    assert "Berlin" in b.timeline.rows[-1].text and b.timeline.page_label.text().startswith("Turns 5–6")
     del b.timeline.PAGE
     b.timeline.offset = 0
 
@@ -208,12 +208,12 @@ def test_every_view_is_populated_from_a_real_bank(env, browser, qtbot):
 
 def test_time_travel_shows_what_was_true_then(env, browser, qtbot):
     now = search(qtbot, browser, "where do I live")
-    assert any(r["text"] == "User lives in Hamburg" for r in now)
-    assert not any(r["text"] == "User lives in Berlin" for r in now), "superseded facts are not current"
+    assert any(r.text == "User lives in Hamburg" for r in now)
+    assert not any(r.text == "User lives in Berlin" for r in now), "superseded facts are not current"
     then = search(qtbot, browser, "where do I live", as_of=datetime.now(timezone.utc) - timedelta(days=10))
-    berlin = next(r for r in then if r["text"] == "User lives in Berlin")
-    assert berlin["invalid_at"], "it was true then, and superseded later"
-    assert not any(r["text"] == "User lives in Hamburg" for r in then)
+    berlin = next(r for r in then if r.text == "User lives in Berlin")
+    assert berlin.invalid_at, "it was true then, and superseded later"
+    assert not any(r.text == "User lives in Hamburg" for r in then)
     row = next(r for r in texts(browser.recall.tree) if r[0] == "User lives in Berlin")
     assert row[2].startswith("true then; superseded"), row
     assert " as of " in browser.recall.status.text()
@@ -236,7 +236,7 @@ def test_remember_then_forget_from_the_browser(env, browser, qtbot, tmp_path):
                         timeout=TIMEOUT_MS)
 
     rows = search(qtbot, b, "locker code")
-    hit = next(i for i, r in enumerate(b.recall.visible_results()) if "4711" in r["text"])
+    hit = next(i for i, r in enumerate(b.recall.visible_results()) if "4711" in r.text)
     b.recall.tree.topLevelItem(hit).setSelected(True)
     assert b.forget_btn.isEnabled()
     qtbot.mouseClick(b.forget_btn, Qt.MouseButton.LeftButton)
@@ -253,7 +253,7 @@ def test_remember_then_forget_from_the_browser(env, browser, qtbot, tmp_path):
     assert "the 1 conversation turn behind it" in b.message.text()
 
     rows = search(qtbot, b, "locker code")
-    assert not any("4711" in r["text"] for r in rows), "gone from search"
+    assert not any("4711" in r.text for r in rows), "gone from search"
     out = tmp_path / "forget-test.jsonl"
     op = b.start_export(out)
     qtbot.waitUntil(lambda: op.finished, timeout=TIMEOUT_MS)
@@ -271,12 +271,12 @@ def test_feedback_changes_the_ranking_within_bounds(env, browser, qtbot):
     b = browser
     assert b.up_btn.isVisible() and b.down_btn.isVisible()
     rows = search(qtbot, b, "Anna sister Munich hiking")
-    lower = [r for r in rows[1:] if r["kind"] in ("fact", "entity") and r["score"] > 0]
+    lower = [r for r in rows[1:] if r.kind in ("fact", "entity") and r.score > 0]
     target = lower[-1]
-    base = target["score"]
+    base = target.score
 
     def select():
-        assert b.recall.select_id(target["id"])
+        assert b.recall.select_id(target.id)
 
     def rate(button, expect: int):
         select()
@@ -286,7 +286,7 @@ def test_feedback_changes_the_ranking_within_bounds(env, browser, qtbot):
 
     def score() -> float:
         rows = search(qtbot, b, "Anna sister Munich hiking")
-        return next(r["score"] for r in rows if r["id"] == target["id"])
+        return next(r.score for r in rows if r.id == target.id)
 
     rate(b.up_btn, +1)
     rate(b.up_btn, +2)
@@ -300,7 +300,7 @@ def test_feedback_changes_the_ranking_within_bounds(env, browser, qtbot):
         rate(b.down_btn, expect)
     assert score() == pytest.approx(base * 0.70, abs=2e-6)
     b.recall.hide_demoted.setChecked(True)
-    assert not any(r["id"] == target["id"] for r in b.recall.visible_results()), "demoted ones can be hidden"
+    assert not any(r.id == target.id for r in b.recall.visible_results()), "demoted ones can be hidden"
     assert "demoted hidden" in b.recall.status.text()
     b.recall.hide_demoted.setChecked(False)
 
@@ -526,7 +526,7 @@ def test_review_prompt_when_due_and_never_when_off(env, browser, qtbot):
     b = ui.browser
     assert b.isVisible() and b.tabs.currentWidget() is b.timeline
     qtbot.waitUntil(lambda: b.timeline.tree.topLevelItemCount() == 1, timeout=TIMEOUT_MS)
-    assert "Miso" in b.timeline.rows[0]["text"] and b.timeline.banner_box.isVisible()
+    assert "Miso" in b.timeline.rows[0].text and b.timeline.banner_box.isVisible()
     shot(b, "review-timeline")
     assert reminder.state().last_review() == last + timedelta(days=8)
     qtbot.mouseClick(b.timeline.show_all, Qt.MouseButton.LeftButton)

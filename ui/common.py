@@ -1,10 +1,11 @@
 """What every part of the memory UI shares: getting results from other threads onto the GUI
 thread, the memories a view can select, and how dates, validity and tags are shown.
 
-Threading rule of the whole UI: the GUI thread never waits on the worker. Requests go out with
-`WorkerClient.submit()` (a Future, at once); a Future's completion, and any progress from a
-helper thread, comes back through `GuiPost.post()`, a signal queued to the GUI thread. No
-widget is ever touched from another thread.
+Threading rule of the whole UI: the GUI thread never waits on the worker. Requests go out
+through the plugin's MemoryService (a Future, at once) and come back with `GuiPost.run()`:
+the result, or the error worded for the user, on the GUI thread. Any progress from a helper
+thread comes back through `GuiPost.post()`, a signal queued to the GUI thread. No widget is
+ever touched from another thread.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from PySide6.QtGui import QPainter
 from PySide6.QtWidgets import QLabel, QSizePolicy, QSplitter, QWidget
 
 from memoryplus.common.isodates import parse_iso
+from memoryplus.wire import errors
 # the one plural and one-line helpers (plain text, shared with the chat commands and the CLI)
 from memoryplus.common.wording import one_line, plural  # noqa: F401
 
@@ -52,6 +54,18 @@ class GuiPost(QObject):
         """`callback(future)` on the GUI thread once the future is done."""
         future.add_done_callback(lambda f: self.post(lambda: callback(f)))
         return future
+
+    def run(self, future: cf.Future, done: Callable[[Any], Any],
+            error: Callable[[str], Any] | None = None) -> cf.Future:
+        """The one way a view calls the service: `done(result)` on the GUI thread once the
+        Future succeeds, else `error(a message for the user)` (if given)."""
+        def settle(f: cf.Future) -> None:
+            result, err = outcome(f)
+            if err is None:
+                done(result)
+            elif error is not None:
+                error(err)
+        return self.watch(future, settle)
 
     def in_thread(self, fn: Callable[[], Any], callback: Callable[[cf.Future], Any] | None = None,
                   name: str = "memoryplus-ui") -> cf.Future:
@@ -86,10 +100,9 @@ def outcome(future: cf.Future) -> tuple[Any, str | None]:
     exc = future.exception()
     if exc is None:
         return future.result(), None
-    text = str(exc) or type(exc).__name__
-    if "unknown bank" in text:
+    if isinstance(exc, errors.UnknownBank):
         return None, "nothing is stored in this bank yet"
-    return None, text
+    return None, str(exc) or type(exc).__name__
 
 
 @dataclass
@@ -182,17 +195,17 @@ def kind_label(kind: str) -> str:
 
 
 
-def result_validity(r: dict, as_of: datetime | None = None) -> str:
-    """A search result's validity window, worded for its kind (and for a time-travel search)."""
-    kind = r.get("kind")
-    if kind == "episode":
-        return f"said on {fmt_date(r.get('valid_at'))}"
-    if kind == "entity":
-        return f"known since {fmt_date(r.get('valid_at'))}"
-    end = parse_time(r.get("invalid_at"))
+def result_validity(r, as_of: datetime | None = None) -> str:
+    """A search result's (SearchResult) validity window, worded for its kind (and for a
+    time-travel search)."""
+    if r.kind == "episode":
+        return f"said on {fmt_date(r.valid_at)}"
+    if r.kind == "entity":
+        return f"known since {fmt_date(r.valid_at)}"
+    end = parse_time(r.invalid_at)
     if as_of is not None and end is not None and end > as_of:
         return f"true then; superseded {fmt_date(end)}"
-    return validity(r.get("valid_at"), r.get("invalid_at"))
+    return validity(r.valid_at, r.invalid_at)
 
 
 def elide(text: str, n: int) -> str:

@@ -12,7 +12,8 @@ from PySide6.QtWidgets import (
     QVBoxLayout, QWidget,
 )
 
-from memoryplus.ui.common import READ_TIMEOUT_S, Memory, elide, fmt_date, fmt_source, kind_label, outcome, printable
+from memoryplus.ui.common import READ_TIMEOUT_S, Memory, elide, fmt_date, fmt_source, kind_label, printable
+from memoryplus.wire.protocol import BrowseParams, SearchParams
 
 EPISODE_SCAN = 200
 EPISODE_SCAN_MAX = 2000
@@ -58,50 +59,47 @@ class ForgetDialog(QDialog):
 
     # what goes with them
     def _gather(self) -> None:
-        client = self.b.client
+        service = self.b.service
         waiting = [m for m in self.items if m.sources is None or m.kind == "entity"]
         for m in self.items:
             if m.sources is not None:
                 self.sources[m.id] = list(m.sources)
-        if client is None:
+        if service is None:
             return
         self._left = len(waiting)
         for m in waiting:     # find its sources: search its text, keep the result with its id
-            fut = client.submit("search", {"bank": self.bank, "query": (m.name or m.text)[:300]
-                                           if m.kind == "entity" else m.text[:300], "limit": 40},
-                                timeout=READ_TIMEOUT_S)
-            self.b.post.watch(fut, lambda f, m=m: self._found(f, m))
+            query = (m.name or m.text)[:300] if m.kind == "entity" else m.text[:300]
+            fut = service.search(SearchParams(bank=self.bank, query=query, limit=40), timeout=READ_TIMEOUT_S)
+            self.b.post.run(fut, lambda rows, m=m: self._found(rows, m), lambda _err, m=m: self._found([], m))
         if not waiting:
             self._scan_turns(0)
 
-    def _found(self, fut, m: Memory) -> None:
-        rows, _ = outcome(fut)
-        for r in rows or []:
-            if r["id"] == m.id:
-                self.sources[m.id] = list(dict.fromkeys(self.sources.get(m.id, []) + list(r.get("sources") or [])))
+    def _found(self, rows: list, m: Memory) -> None:
+        for r in rows:
+            if r.id == m.id:
+                self.sources[m.id] = list(dict.fromkeys(self.sources.get(m.id, []) + list(r.sources)))
         self._left -= 1
         if self._left == 0:
             self._scan_turns(0)
 
     def _scan_turns(self, offset: int) -> None:
         wanted = {s for lst in self.sources.values() for s in lst}
-        if not wanted or wanted <= set(self.turns) or self.b.client is None:
+        if not wanted or wanted <= set(self.turns) or self.b.service is None:
             self._done()
             return
-        fut = self.b.client.submit("browse", {"bank": self.bank, "what": "episodes", "offset": offset,
-                                              "limit": EPISODE_SCAN}, timeout=READ_TIMEOUT_S)
+        fut = self.b.service.browse(BrowseParams(bank=self.bank, what="episodes", offset=offset,
+                                                 limit=EPISODE_SCAN), timeout=READ_TIMEOUT_S)
 
-        def got(f):
-            rows, _ = outcome(f)
-            for r in rows or []:
-                if r.get("source") in wanted:
-                    self.turns[r["source"]] = r
-            if len(rows or []) == EPISODE_SCAN and offset + EPISODE_SCAN < EPISODE_SCAN_MAX \
+        def got(rows):
+            for r in rows:
+                if r.source in wanted:
+                    self.turns[r.source] = r
+            if len(rows) == EPISODE_SCAN and offset + EPISODE_SCAN < EPISODE_SCAN_MAX \
                     and not wanted <= set(self.turns):
                 self._scan_turns(offset + EPISODE_SCAN)
             else:
                 self._done()
-        self.b.post.watch(fut, got)
+        self.b.post.run(fut, got, lambda _err: got([]))
 
     def _done(self) -> None:
         self.preview_ready = True
@@ -134,8 +132,8 @@ class ForgetDialog(QDialog):
                     if r is None:
                         parts.append(f"<li>{_e(fmt_source(s))} (not found in the latest turns)</li>")
                     else:
-                        parts.append(f"<li><small>{_e(fmt_date(r.get('valid_at')))} · {_e(fmt_source(s))}</small><br>"
-                                     f"{_e(elide(r.get('text') or '', 300))}</li>")
+                        parts.append(f"<li><small>{_e(fmt_date(r.valid_at))} · {_e(fmt_source(s))}</small><br>"
+                                     f"{_e(elide(r.text or '', 300))}</li>")
                 parts.append("</ul>")
         self.text.setHtml("".join(parts))
 

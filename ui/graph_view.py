@@ -13,9 +13,10 @@ from PySide6.QtWidgets import (
     QPushButton, QTextBrowser, QVBoxLayout,
 )
 
-from memoryplus.ui.common import READ_TIMEOUT_S, Memory, elide, fmt_date, outcome, splitter, validity
+from memoryplus.ui.common import READ_TIMEOUT_S, Memory, elide, fmt_date, splitter, validity
 from memoryplus.ui.graph_layout import layout
 from memoryplus.ui.views import View
+from memoryplus.wire.protocol import SearchParams
 
 EXPAND_STEP = 10          # neighbours added per click
 SEED_NEIGHBOURS = 5       # neighbours shown around each search hit at first
@@ -282,30 +283,30 @@ class GraphView(View):
         self.status.setText(f"Around “{name}”: {len(self.nodes)} entities, {len(self.shown_facts)} facts.")
 
     def search(self, text: str) -> None:
-        if self.b.client is None:
+        if self.b.service is None:
             return
         self._gen += 1
         gen = self._gen
         self.status.setText(f"Searching “{elide(text, 60)}”…")
-        fut = self.b.client.submit("search", {"bank": self.b.bank, "query": text, "limit": 15},
-                                   timeout=READ_TIMEOUT_S)
-        self.b.post.watch(fut, lambda f: self._searched(f, gen, text))
+        fut = self.b.service.search(SearchParams(bank=self.b.bank, query=text, limit=15), timeout=READ_TIMEOUT_S)
+        self.b.post.run(fut, lambda rows: self._searched(rows, gen, text),
+                        lambda err: self._search_failed(err, gen))
 
-    def _searched(self, fut, gen: int, text: str) -> None:
-        if gen != self._gen or self.index is None:
-            return
-        rows, err = outcome(fut)
-        if err:
+    def _search_failed(self, err: str, gen: int) -> None:
+        if gen == self._gen and self.index is not None:
             self.status.setText(f"Search failed: {err}")
+
+    def _searched(self, rows: list, gen: int, text: str) -> None:
+        if gen != self._gen or self.index is None:
             return
         seeds: list[str] = []          # the entities found, then the ends of the facts found
         ends: list[str] = []
         facts: list[str] = []
-        for r in rows or []:
-            if r["kind"] == "entity" and r.get("name") in self.index.entities:
-                seeds.append(r["name"])
-            elif r["kind"] == "fact" and r["id"] in self.index.facts:
-                f = self.index.facts[r["id"]]
+        for r in rows:
+            if r.kind == "entity" and r.name in self.index.entities:
+                seeds.append(r.name)
+            elif r.kind == "fact" and r.id in self.index.facts:
+                f = self.index.facts[r.id]
                 facts.append(f.id)
                 ends += [n for n in (f.source, f.target) if n in self.index.entities]
         seeds = list(dict.fromkeys(seeds + ends))[:8]

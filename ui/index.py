@@ -4,9 +4,10 @@ Graph views."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable
 
-from memoryplus.ui.common import READ_TIMEOUT_S, GuiPost, outcome
+from memoryplus.ui.common import READ_TIMEOUT_S, GuiPost
+from memoryplus.wire.protocol import BrowseParams
 
 PAGE = 500
 MAX_ENTITIES = 5000
@@ -25,11 +26,10 @@ class Fact:
     current: bool = True
 
     @classmethod
-    def from_record(cls, r: dict[str, Any]) -> "Fact":
-        return cls(id=r["id"], relation=r.get("relation") or "", text=r.get("text") or "",
-                   source=r.get("source") or "", target=r.get("target") or "",
-                   valid_at=r.get("valid_at"), invalid_at=r.get("invalid_at"),
-                   current=bool(r.get("current", True)) and not r.get("invalid_at"))
+    def from_record(cls, r) -> "Fact":
+        """From a FactRow (wire/records.py)."""
+        return cls(id=r.id, relation=r.relation, text=r.text, source=r.source, target=r.target,
+                   valid_at=r.valid_at, invalid_at=r.invalid_at, current=r.current and not r.invalid_at)
 
 
 @dataclass
@@ -57,11 +57,11 @@ class EntityIndex:
     facts: dict[str, Fact] = field(default_factory=dict)
     truncated: bool = False
 
-    def add_page(self, rows: list[dict[str, Any]]) -> None:
+    def add_page(self, rows: list) -> None:
+        """EntityRow records (wire/records.py)."""
         for r in rows:
-            ent = Entity(id=r["id"], name=r.get("name") or "?", labels=list(r.get("labels") or []),
-                         summary=r.get("summary") or "")
-            for rel in r.get("relations") or []:
+            ent = Entity(id=r.id, name=r.name or "?", labels=list(r.labels), summary=r.summary)
+            for rel in r.relations:
                 fact = Fact.from_record(rel)
                 self.facts.setdefault(fact.id, fact)
                 ent.facts.append(fact.id)
@@ -95,23 +95,19 @@ class EntityIndex:
         return None
 
 
-def load_index(client, post: GuiPost, bank: str, done: Callable[[EntityIndex | None, str | None], None]) -> None:
+def load_index(service, post: GuiPost, bank: str, done: Callable[[EntityIndex | None, str | None], None]) -> None:
     """Load every entity of `bank` (up to MAX_ENTITIES) page by page; `done(index, error)` on
     the GUI thread."""
     index = EntityIndex(bank)
 
     def ask(offset: int) -> None:
-        fut = client.submit("browse", {"bank": bank, "what": "entities", "offset": offset, "limit": PAGE},
-                            timeout=READ_TIMEOUT_S)
-        post.watch(fut, lambda f, o=offset: got(f, o))
+        fut = service.browse(BrowseParams(bank=bank, what="entities", offset=offset, limit=PAGE),
+                             timeout=READ_TIMEOUT_S)
+        post.run(fut, lambda rows, o=offset: got(rows, o), lambda err: done(None, err))
 
-    def got(fut, offset: int) -> None:
-        rows, err = outcome(fut)
-        if err:
-            done(None, err)
-            return
-        index.add_page(rows or [])
-        if len(rows or []) == PAGE:
+    def got(rows: list, offset: int) -> None:
+        index.add_page(rows)
+        if len(rows) == PAGE:
             if offset + PAGE >= MAX_ENTITIES:
                 index.truncated = True
                 done(index, None)

@@ -51,7 +51,7 @@ class MemoryUi:
             return self.plugin.settings.fallback_bank
 
     def status_text(self) -> str:
-        if self.plugin.client is None:
+        if self.plugin.service is None:
             return "MemoryPlus is off (enable it in the Plugins menu)"
         try:
             return self.plugin.status_text()

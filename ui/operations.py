@@ -19,9 +19,10 @@ import os
 import re
 import threading
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 from memoryplus.ui.common import LONG_TIMEOUT_S, GuiPost, outcome, printable
+from memoryplus.wire.protocol import BankParams, ImportParams
 
 TYPE_ORDER = {"bank": 0, "episode": 1, "entity": 2, "fact": 3, "mention": 4}
 IMPORT_BATCH = 500
@@ -35,8 +36,8 @@ class LongOp:
     title = "operation"
     cancel_note = ""
 
-    def __init__(self, post: GuiPost, client, bank: str):
-        self.post, self.client, self.bank = post, client, bank
+    def __init__(self, post: GuiPost, service, bank: str):
+        self.post, self.service, self.bank = post, service, bank
         self.on_progress: Callable[[int, int, str], None] = lambda d, t, s: None
         self.on_done: Callable[[bool, str], None] = lambda ok, msg: None
         self.cancelled = False
@@ -73,8 +74,8 @@ class ExportOp(LongOp):
     title = "Export"
     cancel_note = "Cancel stops the export; no file is written."
 
-    def __init__(self, post, client, bank: str, path: str | os.PathLike):
-        super().__init__(post, client, bank)
+    def __init__(self, post, service, bank: str, path: str | os.PathLike):
+        super().__init__(post, service, bank)
         self.path = Path(path)
         self.future = None
         self.records = 0
@@ -82,20 +83,20 @@ class ExportOp(LongOp):
     def start(self) -> None:
         self.phase = "reading"
         self._progress(0, 0, f"Reading bank {printable(self.bank)} from the worker…")
-        self.future = self.client.submit("export", {"bank": self.bank}, timeout=LONG_TIMEOUT_S)
-        self.post.watch(self.future, self._got)
+        self.future = self.service.export(BankParams(bank=self.bank), timeout=LONG_TIMEOUT_S)
+        self.post.run(self.future, self._got, self._failed)
 
-    def _got(self, fut) -> None:
-        if self.cancelled:
-            return
-        rows, err = outcome(fut)
-        if err:
+    def _failed(self, err: str) -> None:
+        if not self.cancelled:
             self._finish(False, f"Export failed: {err}")
+
+    def _got(self, rows: list) -> None:
+        if self.cancelled:
             return
         self.phase = "writing"
         self.post.in_thread(lambda: self._write(rows), self._written, name="memoryplus-export")
 
-    def _write(self, rows: list[dict[str, Any]]) -> int:
+    def _write(self, rows: list) -> int:
         """On a helper thread: JSON lines into a .part file, renamed when complete."""
         tmp = self.path.with_name(self.path.name + ".part")
         n = len(rows)
@@ -104,7 +105,7 @@ class ExportOp(LongOp):
                 for i, rec in enumerate(rows, 1):
                     if self._stop.is_set():
                         raise Cancelled()
-                    fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+                    fh.write(json.dumps(rec.model_dump(mode="json"), ensure_ascii=False) + "\n")
                     if i % 200 == 0 or i == n:
                         self.post.post(lambda i=i: self._progress(i, n, f"Writing {self.path.name}…"))
             if self._stop.is_set():
@@ -136,8 +137,8 @@ class ImportOp(LongOp):
     cancel_note = ("Cancel stops between batches: the batch being written is still merged, "
                    "and importing the file again completes it (records merge by id).")
 
-    def __init__(self, post, client, bank: str, path: str | os.PathLike, batch: int = IMPORT_BATCH):
-        super().__init__(post, client, bank)
+    def __init__(self, post, service, bank: str, path: str | os.PathLike, batch: int = IMPORT_BATCH):
+        super().__init__(post, service, bank)
         self.path = Path(path)
         self.batch = max(1, batch)
         self.records: list[tuple[int, dict]] = []
@@ -207,21 +208,20 @@ class ImportOp(LongOp):
         self.sent += len(chunk)
         self._progress(self.imported, len(self.records),
                        f"Importing into {printable(self.bank)}: batch {self._next} of {len(self._batches)}…")
-        fut = self.client.submit("import", {"bank": self.bank, "records": [r for _, r in chunk]},
-                                 timeout=LONG_TIMEOUT_S)
-        self.post.watch(fut, lambda f, c=chunk: self._sent(f, c))
+        fut = self.service.import_records(ImportParams(bank=self.bank, records=[r for _, r in chunk]),
+                                          timeout=LONG_TIMEOUT_S)
+        self.post.run(fut, lambda report, c=chunk: self._sent(report, c), self._failed)
 
-    def _sent(self, fut, chunk) -> None:
-        report, err = outcome(fut)
-        if err:
-            if not self.cancelled:
-                self._finish(False, f"Import failed after {self.imported:,} of {len(self.records):,} "
-                             f"records: {err}")
-            return
+    def _failed(self, err: str) -> None:
+        if not self.cancelled:
+            self._finish(False, f"Import failed after {self.imported:,} of {len(self.records):,} "
+                         f"records: {err}")
+
+    def _sent(self, report, chunk) -> None:
         self.imported += len(chunk)
         for k in self.counts:
-            self.counts[k] += int((report or {}).get(k, 0))
-        for p in (report or {}).get("problems", []):      # "line i" of the batch: the file's line
+            self.counts[k] += int(getattr(report, k))
+        for p in report.problems:      # "line i" of the batch: the file's line
             m = re.match(r"line (\d+):(.*)", p)
             if m and 0 < int(m.group(1)) <= len(chunk):
                 p = f"line {chunk[int(m.group(1)) - 1][0]}:{m.group(2)}"
@@ -251,22 +251,24 @@ class ImportOp(LongOp):
 
 
 class _OneRequest(LongOp):
-    op = ""
     verb = ""
+
+    def request(self):
+        """The service's Future for this operation."""
+        raise NotImplementedError
 
     def start(self) -> None:
         self.phase = "running"
         self._progress(0, 0, f"{self.verb} {printable(self.bank)}…")
-        self.future = self.client.submit(self.op, {"bank": self.bank}, timeout=LONG_TIMEOUT_S)
-        self.post.watch(self.future, self._got)
+        self.future = self.request()
+        self.post.run(self.future, self._got, self._failed)
 
-    def _got(self, fut) -> None:
-        if self.cancelled:
-            return
-        result, err = outcome(fut)
-        if err:
+    def _failed(self, err: str) -> None:
+        if not self.cancelled:
             self._finish(False, f"{self.title} failed: {err}")
-        else:
+
+    def _got(self, result) -> None:
+        if not self.cancelled:
             self._finish(True, self.success(result))
 
     def success(self, result) -> str:
@@ -279,10 +281,12 @@ class _OneRequest(LongOp):
 
 class ClearOp(_OneRequest):
     title = "Clear bank"
-    op = "clear"
     verb = "Clearing"
     cancel_note = ("Clearing cannot be interrupted part-way: the worker finishes clearing the bank; "
                    "Cancel only stops waiting for it.")
+
+    def request(self):
+        return self.service.clear(BankParams(bank=self.bank), timeout=LONG_TIMEOUT_S)
 
     def success(self, result) -> str:
         return f"Bank {printable(self.bank)} cleared: every memory in it is gone."
@@ -290,10 +294,12 @@ class ClearOp(_OneRequest):
 
 class ReembedOp(_OneRequest):
     title = "Re-embed"
-    op = "reembed"
     verb = "Re-embedding"
     cancel_note = ("Re-embedding runs to the end in the worker (a half re-embedded bank could not be "
                    "searched); Cancel only stops waiting, and the bank stays busy until it finishes.")
+
+    def request(self):
+        return self.service.reembed(BankParams(bank=self.bank), timeout=LONG_TIMEOUT_S)
 
     def success(self, result) -> str:
         return f"Re-embedded {int(result or 0):,} vectors of bank {printable(self.bank)} with the current embedder."

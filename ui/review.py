@@ -14,7 +14,7 @@ from typing import Callable
 
 from PySide6.QtCore import QObject, QTimer
 
-from memoryplus.ui.common import READ_TIMEOUT_S, JsonState, fmt_date, outcome, parse_time
+from memoryplus.ui.common import READ_TIMEOUT_S, JsonState, fmt_date, parse_time
 
 log = logging.getLogger("memoryplus.ui")
 
@@ -100,25 +100,27 @@ class ReviewReminder(QObject):
         """If due, count what was added since the last review (async) and show the prompt when
         there is something. Returns whether a check was started."""
         now = now or self.clock()
-        client = self.plugin.client
-        if self._checking or client is None or not self.due(now):
+        service = getattr(self.plugin, "service", None)
+        if self._checking or service is None or not self.due(now):
             return False
         if self.prompt is not None and self.prompt.isVisible():
             return False
         since = self.state().last_review()
         bank = self.ui.current_bank()
         self._checking = True
-        fut = client.submit("browse", {"bank": bank, "what": "episodes", "offset": 0, "limit": COUNT_PAGE},
-                            timeout=READ_TIMEOUT_S)
-        self.ui.post.watch(fut, lambda f: self._counted(f, bank, since, now))
+        from memoryplus.wire.protocol import BrowseParams    # pydantic: not at PyGPT's start-up
+        fut = service.browse(BrowseParams(bank=bank, what="episodes", offset=0, limit=COUNT_PAGE),
+                             timeout=READ_TIMEOUT_S)
+        # an error: nothing stored yet, or the worker is busy: ask later
+        self.ui.post.run(fut, lambda rows: self._counted(rows, bank, since, now), self._not_counted)
         return True
 
-    def _counted(self, fut, bank: str, since: datetime, now: datetime) -> None:
+    def _not_counted(self, _err: str) -> None:
         self._checking = False
-        rows, err = outcome(fut)
-        if err:
-            return                       # nothing stored yet, or the worker is busy: ask later
-        added = [r for r in rows or [] if (parse_time(r.get("stored_at")) or since) >= since]
+
+    def _counted(self, rows: list, bank: str, since: datetime, now: datetime) -> None:
+        self._checking = False
+        added = [r for r in rows if (parse_time(r.stored_at) or since) >= since]
         if not added:
             return
         n = f"{len(added)}+" if len(added) == len(rows) == COUNT_PAGE else str(len(added))

@@ -13,7 +13,7 @@ Client → worker:
 Worker → client:
 
     {"id": "…", "ok": true, "result": <JSON>}
-    {"id": "…", "ok": false, "error": {"type": "UnknownBankError", "message": "…"}}
+    {"id": "…", "ok": false, "error": {"type": "UnknownBankError", "message": "…", "code": "unknown_bank"}}
     {"event": "ready", "data": {"pid": …, "extraction": "local", …}}
     {"event": "recycling", "data": {"reason": "…"}}      the worker is about to exit cleanly
     {"event": "fatal", "data": {"type": …, "message": …}}  the worker cannot start
@@ -72,7 +72,8 @@ from typing import Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from memoryplus.wire.records import (
-    BankInfo, BankStats, Credentials, ForgetReport, IngestReport, SearchResult, Turn,
+    BankInfo, BankStats, BrowseRow, Credentials, ExportRecord, ForgetReport, Health, ImportReport,
+    IngestReport, Pong, SearchResult, SettingsApplied, ShutdownReport, Turn,
 )
 
 PROTOCOL_VERSION = 1
@@ -144,6 +145,7 @@ class Request(_Msg):
 class ErrorInfo(_Msg):
     type: str
     message: str
+    code: str = "internal"      # what the caller does about it: wire/errors.py's codes
 
 
 class Response(_Msg):
@@ -345,16 +347,16 @@ OPS: dict[str, OpSpec] = dict([
     # clear and reembed close the bank under whatever else uses it: they run alone
     _op("clear", BankParams, "write", type(None), bank=True, exclusive=True),
     _op("reembed", BankParams, "write", int, bank=True, exclusive=True),
-    _op("browse", BrowseParams, "read", list[dict[str, Any]], bank=True),
+    _op("browse", BrowseParams, "read", list[BrowseRow], bank=True),
     _op("stats", BankParams, "read", BankStats, bank=True),
     _op("banks", NoParams, "read", list[BankInfo], all_banks=True),
-    _op("export", BankParams, "read", list[dict[str, Any]], bank=True),
-    _op("import", ImportParams, "write", dict[str, Any], bank=True),
-    _op("health", NoParams, "control", dict[str, Any], counts=False),
-    _op("ping", NoParams, "control", dict[str, Any], counts=False),
+    _op("export", BankParams, "read", list[ExportRecord], bank=True),
+    _op("import", ImportParams, "write", ImportReport, bank=True),
+    _op("health", NoParams, "control", Health, counts=False),
+    _op("ping", NoParams, "control", Pong, counts=False),
     _op("cancel", CancelParams, "control", bool, counts=False),
-    _op("update_settings", UpdateSettingsParams, "control", dict[str, Any], exclusive=True),
-    _op("shutdown", ShutdownParams, "control", dict[str, Any], counts=False),
+    _op("update_settings", UpdateSettingsParams, "control", SettingsApplied, exclusive=True),
+    _op("shutdown", ShutdownParams, "control", ShutdownReport, counts=False),
     _op("hello", HelloParams, "control", HelloResult, counts=False),
     # test hooks
     _op("sleep", SleepParams, "read", float, test=True),
@@ -444,12 +446,16 @@ def decode(line: bytes | str) -> Message:
     raise ProtocolError("not a message of this protocol")
 
 
-def error_response(request_id: str, exc: BaseException | str, type_: str | None = None) -> Response:
-    """An error answer; the caller redacts the message first."""
+def error_response(request_id: str, exc: BaseException | str, type_: str | None = None,
+                   code: str | None = None) -> Response:
+    """An error answer; the caller redacts the message first. The code: `code`, else the
+    exception's own (wire/errors.py), else "internal"."""
+    code = code or getattr(exc, "code", None) or "internal"
     if isinstance(exc, BaseException):
         return Response(id=request_id, ok=False,
-                        error=ErrorInfo(type=type_ or type(exc).__name__, message=str(exc) or type(exc).__name__))
-    return Response(id=request_id, ok=False, error=ErrorInfo(type=type_ or "Error", message=exc))
+                        error=ErrorInfo(type=type_ or type(exc).__name__, code=code,
+                                        message=str(exc) or type(exc).__name__))
+    return Response(id=request_id, ok=False, error=ErrorInfo(type=type_ or "Error", message=exc, code=code))
 
 
 # ── finding a running worker: worker.json in the data directory ───────────────────────────

@@ -1,12 +1,15 @@
 """Typed records at the engine's boundary: what goes in, what comes out.
 
 The CLI, the worker's wire protocol and the plugin all speak these; they are plain pydantic
-models so that they serialise to JSON and validate on the way back in.
+models so that they serialise to JSON and validate on the way back in. Every operation of the
+service (service/base.py) answers with one of them (or a list of them, or a plain number):
+none answers with a dict. Times the engine reports as stored text (browse rows, export
+records) stay ISO text, so that an export is written back byte for byte as it was read.
 """
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Literal
+from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -137,3 +140,170 @@ class BankInfo(Record):
     entities: int = 0
     facts: int = 0
     backend: str = "kuzu"
+
+
+# ── browse: pages for the memory browser ──────────────────────────────────────────────────
+class FactRow(Record):
+    """A fact (a relation between two entities), as the browser lists it."""
+    id: str
+    relation: str = ""
+    text: str = ""
+    source: str = ""                  # entity names
+    target: str = ""
+    valid_at: str | None = None
+    invalid_at: str | None = None
+    current: bool = True
+
+
+class EpisodeRow(Record):
+    """A stored turn, newest first."""
+    id: str
+    source: str = ""                  # the caller's id of the turn (pygpt:meta:ctx, remember:...)
+    text: str = ""
+    tags: list[str] = Field(default_factory=list)
+    vibe: float | None = None
+    explicit: bool = False
+    fallback: str = ""                # why local extraction stored it ("" when it did not)
+    valid_at: str | None = None
+    stored_at: str | None = None
+    facts: int = 0
+    complete: bool = True
+
+
+class EntityRow(Record):
+    """An entity with the facts that touch it."""
+    id: str
+    name: str = ""
+    labels: list[str] = Field(default_factory=list)
+    summary: str = ""
+    relations: list[FactRow] = Field(default_factory=list)
+
+
+BROWSE_ROWS: dict[str, type[Record]] = {"episodes": EpisodeRow, "facts": FactRow, "entities": EntityRow}
+BrowseRow = Union[EpisodeRow, FactRow, EntityRow]
+
+
+# ── export and import: lossless records, one JSON line each ──────────────────────────────
+class _Exported(Record):
+    # Lossless: a field the engine adds later travels too.
+    model_config = ConfigDict(defer_build=True, extra="allow")
+
+
+class ExportedBank(_Exported):
+    type: Literal["bank"] = "bank"
+    name: str
+    embedder: str = ""
+    embedding_dim: int = 0
+    format: int = 1
+
+
+class ExportedEpisode(_Exported):
+    type: Literal["episode"] = "episode"
+    uuid: str
+    name: str = ""
+    content: str = ""
+    source_description: str = ""
+    valid_at: str | None = None
+    created_at: str | None = None
+    entity_edges: list[str] = Field(default_factory=list)
+
+
+class ExportedEntity(_Exported):
+    type: Literal["entity"] = "entity"
+    uuid: str
+    name: str = ""
+    labels: list[str] = Field(default_factory=list)
+    summary: str = ""
+    attributes: dict[str, Any] = Field(default_factory=dict)
+    created_at: str | None = None
+    name_embedding: list[float] | None = None
+
+
+class ExportedFact(_Exported):
+    type: Literal["fact"] = "fact"
+    uuid: str
+    source: str
+    target: str
+    name: str = ""
+    fact: str = ""
+    episodes: list[str] = Field(default_factory=list)
+    valid_at: str | None = None
+    invalid_at: str | None = None
+    expired_at: str | None = None
+    created_at: str | None = None
+    attributes: dict[str, Any] = Field(default_factory=dict)
+    fact_embedding: list[float] | None = None
+
+
+class ExportedMention(_Exported):
+    type: Literal["mention"] = "mention"
+    episode: str
+    entity: str
+
+
+ExportRecord = Annotated[Union[ExportedBank, ExportedEpisode, ExportedEntity, ExportedFact, ExportedMention],
+                         Field(discriminator="type")]
+
+
+class ImportReport(Record):
+    episodes: int = 0
+    entities: int = 0
+    facts: int = 0
+    mentions: int = 0
+    problems: list[str] = Field(default_factory=list)   # "line i: ..." of the records given
+
+
+# ── the worker and its engine ─────────────────────────────────────────────────────────────
+class EmbedderInfo(Record):
+    id: str = ""
+    why: str = ""
+    provider: str = ""
+
+
+class EmbedderStatus(Record):
+    """The embedder a new bank gets and why, and the one each open bank was built with."""
+    new_banks: EmbedderInfo = Field(default_factory=EmbedderInfo)
+    banks: dict[str, EmbedderInfo] = Field(default_factory=dict)
+
+
+class Health(Record):
+    """The engine's health; through a worker also the worker's identity and load."""
+    model_config = ConfigDict(defer_build=True, extra="allow")
+    ok: bool = True
+    pid: int = 0
+    backend: str = ""
+    extraction: str | None = None
+    mode: str = ""
+    banks_open: list[str] = Field(default_factory=list)
+    embedder: EmbedderStatus | None = None
+    # the worker's (absent in process)
+    protocol: int | None = None
+    role: str | None = None
+    socket: str | None = None
+    python: str | None = None
+    uptime_s: float | None = None
+    rss_mb: float | None = None
+    in_flight: int | None = None
+    ops: int | None = None
+    sockets: int | None = None
+    memory_returned_mb: float | None = None
+    app: str | None = None
+
+
+class Pong(Record):
+    pid: int
+
+
+class SettingsApplied(Record):
+    """What update_settings did: applied at once (the extraction and backend now in use), or
+    not (`reason`: it applies from the next worker process, or the worker is another's)."""
+    applied: bool = True
+    reason: str = ""
+    extraction: str = ""
+    backend: str = ""
+
+
+class ShutdownReport(Record):
+    closed: bool = True
+    reason: str = ""
+    pid: int = 0

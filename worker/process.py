@@ -45,6 +45,7 @@ os.environ["GRAPHITI_TELEMETRY_ENABLED"] = "false"
 
 from pydantic import ValidationError  # noqa: E402
 
+from memoryplus.wire import errors  # noqa: E402
 from memoryplus.wire import protocol as P  # noqa: E402
 from memoryplus.common import redact  # noqa: E402
 from memoryplus.wire.transport import Sender  # noqa: E402
@@ -79,6 +80,7 @@ class WorkerServer:
         self.shutdown_waiters: list[tuple[Conn, str]] = []
         self.listener: Listener | None = None
         self.engine = None
+        self.service = None     # LocalMemoryService over the engine, made on the first request
 
     # ── life cycle ─────────────────────────────────────────────────────────────────────
     async def run(self) -> int:
@@ -245,12 +247,12 @@ class WorkerServer:
         spec = P.OPS.get(msg.op)
         if spec is None or (spec.test and not self.hooks):
             conn.send(P.encode(P.error_response(msg.id, f"unknown operation {msg.op!r}",
-                                                "UnknownOperation")))
+                                                "UnknownOperation", code=errors.UnknownOperation.code)))
             return
         if msg.op in P.OWNER_ONLY and not conn.owner:
             conn.send(P.encode(P.error_response(
                 msg.id, f"{msg.op} is reserved to the process that started this worker "
-                        f"({self.cfg.app})", "NotOwner")))
+                        f"({self.cfg.app})", "NotOwner", code=errors.NotOwner.code)))
             return
         if msg.op == "shutdown":
             if conn.owner:
@@ -266,7 +268,8 @@ class WorkerServer:
         if not self.accepting:
             # Not run: the client sends it to the next worker.
             log.info("%s: not taking %s %s, the worker is stopping", conn.name, msg.op, msg.id)
-            conn.send(P.encode(P.error_response(msg.id, "the worker is stopping", P.NOT_ACCEPTED)))
+            conn.send(P.encode(P.error_response(msg.id, "the worker is stopping", P.NOT_ACCEPTED,
+                                                code=errors.NotAccepted.code)))
             return
         if msg.op == "cancel":
             self._cancel(conn, msg)
@@ -307,7 +310,7 @@ class WorkerServer:
             resp = P.Response(id=msg.id, ok=True, result=result)
             self._announce(conn, msg.op, params, result)
         except asyncio.CancelledError:
-            resp = P.error_response(msg.id, "the request was cancelled", "Cancelled")
+            resp = P.error_response(msg.id, "the request was cancelled", "Cancelled", code=errors.Cancelled.code)
         except _BadParams as bad:
             # Only the request's own parameters: a provider's malformed answer failing graphiti's
             # models is an engine error, reported as such below.
@@ -315,26 +318,17 @@ class WorkerServer:
             first = exc.errors()[0] if exc.errors() else {}
             where = ".".join(str(x) for x in first.get("loc", ()))
             resp = P.error_response(msg.id, redact.redact(
-                f"bad parameters for {msg.op}: {where}: {first.get('msg', exc)}"), "BadRequest")
+                f"bad parameters for {msg.op}: {where}: {first.get('msg', exc)}"), "BadRequest",
+                code=errors.BadParams.code)
         except Exception as exc:
-            if isinstance(exc, ValidationError):
-                # Raised inside the operation (the request's parameters were valid): graphiti's
-                # models rejecting a provider's malformed answer. A provider error, retryable.
-                first = exc.errors()[0] if exc.errors() else {}
-                exc = _ModelAnswerProviderError(
-                    f"the model's answer could not be used ({exc.title}: "
-                    f"{str(first.get('msg', ''))[:200]}); the turn will be retried")
-            # an error the user can act on (its class or a base says so): one line, no traceback
-            expected = any(c.__name__.endswith(("EngineError", "StoreError", "LockedError",
-                                                "MismatchError", "ProviderError", "BankNameError"))
-                           for c in type(exc).__mro__)
-            if expected or spec.test:
-                log.info("%s %s failed: %s: %s", msg.op, msg.id, type(exc).__name__, exc)
+            from memoryplus.service.local import service_error
+            err = service_error(exc)   # its wire error: the code the client acts on
+            # an error the user can act on: one line, no traceback
+            if err.expected or spec.test:
+                log.info("%s %s failed: %s: %s", msg.op, msg.id, err.origin, err)
             else:
                 log.exception("%s %s failed", msg.op, msg.id)
-            resp = P.error_response(msg.id, redact.redact(str(exc) or type(exc).__name__),
-                                    "ProviderError" if isinstance(exc, _ModelAnswerProviderError)
-                                    else type(exc).__name__)
+            resp = P.error_response(msg.id, redact.redact(str(err) or err.origin), err.origin, code=err.code)
         finally:
             if entered:
                 await self.gate.leave(spec.exclusive)
@@ -345,50 +339,25 @@ class WorkerServer:
         try:
             data = P.encode(resp)
         except (TypeError, ValueError) as exc:
-            data = P.encode(P.error_response(msg.id, f"the result cannot be sent: {exc}", "Unserializable"))
+            data = P.encode(P.error_response(msg.id, f"the result cannot be sent: {exc}", "Unserializable",
+                                             code=errors.Internal.code))
         conn.send(data)
 
     async def _dispatch(self, conn: Conn, op: str, p: Any) -> Any:
-        e = self.engine
-        if op == "ingest":
-            return await e.ingest(p.bank, p.turns, defer_flush=p.defer_flush)
-        if op == "remember":
-            return await e.remember(p.bank, p.text, key=p.key, tags=p.tags)
-        if op == "search":
-            return await e.search(p.bank, p.query, limit=p.limit, as_of=p.as_of, now=p.now)
-        if op == "forget":
-            return await e.forget(p.bank, last=p.last, ids=p.ids, text=p.text, confirm=p.confirm)
-        if op == "rate":
-            return await e.rate(p.bank, p.id, p.value)
-        if op == "prune":
-            return await e.prune(p.bank, p.threshold)
-        if op == "expire":
-            return await e.expire(p.bank, p.days)
-        if op == "clear":
-            return await e.clear(p.bank)
-        if op == "reembed":
-            return await e.reembed(p.bank)
-        if op == "browse":
-            return await e.browse(p.bank, p.what, p.offset, p.limit)
-        if op == "stats":
-            return await e.stats(p.bank)
-        if op == "banks":
-            return await e.banks_info()
-        if op == "export":
-            return await e.export(p.bank)
-        if op == "import":
-            return await e.import_(p.bank, p.records)
+        if self.service is None:     # the op → engine mapping: the in-process service's
+            from memoryplus.service.local import LocalMemoryService
+            self.service = LocalMemoryService(self.engine, self.loop)
         if op == "health":
             return await self._health()
         if op == "ping":
             return {"pid": os.getpid()}
         if op == "update_settings":
-            from memoryplus.config.schema import validate
-            settings = validate(p.settings)
             redact.register_config(p.settings, p.credentials)
-            await e.update_settings(settings, p.credentials)
-            log.info("settings updated (extraction %s, backend %s)", e.extraction, settings.backend)
-            return {"extraction": e.extraction, "backend": settings.backend}
+            applied = await self.service.execute(op, p)
+            log.info("settings updated (extraction %s, backend %s)", applied.extraction, applied.backend)
+            return applied
+        if not P.OPS[op].test:
+            return await self.service.execute(op, p)
         # test hooks (only reachable with MEMORYPLUS_TEST_HOOKS=1)
         if op == "sleep":
             if p.blocking:
@@ -415,7 +384,7 @@ class WorkerServer:
         raise P.ProtocolError(f"operation {op!r} is not implemented")
 
     async def _health(self) -> dict[str, Any]:
-        info = dict(await self.engine.health())
+        info = (await self.service.execute("health", P.NoParams())).model_dump(exclude_none=True)
         info.update(self._identity())
         info.update({"uptime_s": round(time.monotonic() - self.started, 3),
                      "rss_mb": round(maintenance.rss_mb(), 1),
@@ -428,10 +397,6 @@ class WorkerServer:
     # ── maintenance and recycling (when idle): worker/maintenance.py ─────────────────
     def _busy(self) -> bool:
         return any(s.counts for _, s in self.tasks.values())
-
-
-class _ModelAnswerProviderError(RuntimeError):
-    """A ValidationError raised during an operation: the provider's answer, not the caller."""
 
 
 class _BadParams(Exception):

@@ -1,0 +1,29 @@
+"""The typed memory service every interface calls (see base.py for the why of its shape).
+
+    MemoryService          the interface (base.py)
+    LocalMemoryService     the engine in this process (local.py)
+    RemoteMemoryService    over a worker client (remote.py)
+    open_service()         the one a command-line tool should use for a data directory
+"""
+from __future__ import annotations
+
+import os
+
+from memoryplus.service.base import MemoryService
+from memoryplus.service.local import LocalMemoryService
+from memoryplus.service.remote import RemoteMemoryService
+
+__all__ = ["MemoryService", "LocalMemoryService", "RemoteMemoryService", "open_service"]
+
+
+def open_service(settings, data_dir: str | os.PathLike, credentials=None, *,
+                 app: str = "the memoryplus command", connect_timeout: float = 5.0) -> MemoryService:
+    """The running worker of `data_dir` (PyGPT's, found by its worker.json and reached by its
+    socket) when there is one: it holds the banks' Kuzu locks, so nobody else can open them;
+    the operations then run with that worker's settings and credentials, not `settings`.
+    Else the engine in this process, with `settings`."""
+    from memoryplus.client.worker_client import connect_existing
+    client = connect_existing(data_dir, timeout=connect_timeout, app=app)
+    if client is not None:
+        return RemoteMemoryService(client)
+    return LocalMemoryService.open(settings, data_dir, credentials, app=app)
