@@ -33,8 +33,9 @@ class WorkerEntry:
         code = 1
         try:
             _std_streams()
-            from memoryplus.worker.process import main
-            code = main()
+            import importlib
+            from memoryplus.wire.protocol import WORKER_MODULE
+            code = importlib.import_module(WORKER_MODULE).main()
         finally:
             try:
                 sys.stderr.flush()

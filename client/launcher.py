@@ -131,7 +131,7 @@ class Launcher:
             kwargs["creationflags"] = getattr(subprocess, "CREATE_NO_WINDOW", 0)
         if self.launch() == "multiprocessing":
             return frozen.start_worker(self.data_dir, _import_path(), **kwargs)
-        return subprocess.Popen([self.python(), "-m", "memoryplus.worker.process"], **kwargs)
+        return subprocess.Popen([self.python(), "-m", P.WORKER_MODULE], **kwargs)
 
     def start_failure(self, exc: BaseException) -> str:
         """What a failed spawn says."""

@@ -29,9 +29,10 @@ def service_error(exc: BaseException) -> errors.ServiceError:
     from pydantic import ValidationError
 
     from memoryplus.config.schema import SettingsError
-    from memoryplus.engine.memory_engine import EmbeddingMismatchError, EngineError, UnknownBankError
+    from memoryplus.engine.errors import (
+        BankLockedError, EmbeddingMismatchError, EngineError, StoreError, UnknownBankError,
+    )
     from memoryplus.engine.providers import ProviderError
-    from memoryplus.engine.store import BankLockedError, StoreError
     from memoryplus.wire.banks import BankNameError
     origin = type(exc).__name__
     text = str(exc) or origin

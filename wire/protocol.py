@@ -83,6 +83,9 @@ Role = Literal["persistent", "oneshot"]
 LANE_PRIORITY = {"control": 0, "read": 1, "write": 2}
 # Environment variable enabling the test-only ops (sleep, junk, log, fail, crash) in a worker.
 TEST_HOOKS_ENV = "MEMORYPLUS_TEST_HOOKS"
+# The worker is started by module name (`python -m`, or a frozen build's spawn child): the
+# client side never imports it.
+WORKER_MODULE = "memoryplus.worker.process"
 WORKER_FILE = "worker.json"
 WORKER_LOCK = "worker.lock"
 LOG_DIR = "logs"
