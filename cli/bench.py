@@ -92,9 +92,6 @@ def slope_per_100(points: list[tuple[int, float]]) -> float:
     return 100 * sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / den if den else float("nan")
 
 
-# The README's BM25 (data set of issue 18): the one keyword baseline of every recall figure.
-from memoryplus.cli.bench_recall import bm25_ranking  # noqa: E402,F401
-
 
 def load_data(bank_turns: int) -> tuple[list[tuple[str, str, str]], list[tuple[str, str]]]:
     """The recall data set's turns, extended up to `bank_turns` with generated chat in the

@@ -23,6 +23,25 @@ KEYWORD_STOP_WORDS = frozenset(
     "a an the and or of to in on at for is are was were be been it this that with as by i you he "
     "she we they my your his her our their me him them do did does have has had not no so but if "
     "from what when where who how which".split())
+# What a forget's strong match ignores: a memory matches the words the user named.
+MATCH_STOP_WORDS = frozenset("""the and for that this with you your are was were have has had not but
+what when where which who how why about from into they them their there here then than
+just also very can could would should will shall may might does did done its it's i'm
+my me mine our ours his her hers him she he we us of to in on at by an a is be been it
+""".split())
+
+# The search cache's filler: closed-class words that do not choose what a query is about
+# (plugin/cache.py's docstring).
+QUERY_FILLER_WORDS = frozenset("""
+a an the
+is are was were be been being am do does did have has had having
+can could will would shall should may might must
+what which who whom whose when where why how
+whats whos wheres whens whys hows thats theres heres lets
+please pls thanks thank hey hello hi ok okay um uh er hmm well so
+of about
+""".split())
+
 _KEYWORD = re.compile(r"[a-z0-9]+")
 
 PROMPT_TOKEN = re.compile(r"\w+|[^\w\s]", re.UNICODE)

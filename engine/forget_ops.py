@@ -6,15 +6,10 @@ from memoryplus.engine.bank_pool import Bank, BankPool
 from memoryplus.engine.episodes import EpisodeMeta, ts
 from memoryplus.engine.errors import EngineError
 from memoryplus.engine.removal import RemovalOps
-from memoryplus.engine.search_ops import QUERY_WORD, SearchOps
+from memoryplus.common.text import MATCH_STOP_WORDS, WORD
+from memoryplus.engine.search_ops import SearchOps
 from memoryplus.wire.banks import episode_uuid
 from memoryplus.wire.records import ForgetReport, SearchResult
-
-STOPWORDS = frozenset("""the and for that this with you your are was were have has had not but
-what when where which who how why about from into they them their there here then than
-just also very can could would should will shall may might does did done its it's i'm
-my me mine our ours his her hers him she he we us of to in on at by an a is be been it
-""".split())
 
 
 class ForgetOps:
@@ -90,7 +85,7 @@ class ForgetOps:
         match is never offered for forgetting."""
         if isinstance(bank, str):
             bank = await self.pool.bank(bank, create=False)
-        words = {w.lower() for w in QUERY_WORD.findall(text) if len(w) > 2} - STOPWORDS
+        words = {w.lower() for w in WORD.findall(text) if len(w) > 2} - MATCH_STOP_WORDS
         if not words:
             return []
         results = await self.searcher.ranked(bank, text, 50, None)
@@ -98,7 +93,7 @@ class ForgetOps:
         for r in results:
             # An entity matches by its name, not its summary: a hub such as "User" sums up
             # everything, and forgetting it would take every turn with it.
-            have = {w.lower() for w in QUERY_WORD.findall(r.name if r.kind == "entity" else r.text)}
+            have = {w.lower() for w in WORD.findall(r.name if r.kind == "entity" else r.text)}
             if len(words & have) / len(words) >= 0.75:
                 strong.append(r)
         return strong

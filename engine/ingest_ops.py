@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import re
 from datetime import datetime
 
 from graphiti_core.nodes import EpisodeType, EpisodicNode
 
+from memoryplus.common.text import PROMPT_TOKEN
 from memoryplus.engine import insights as insight_rules
 from memoryplus.engine import llm_savings
 from memoryplus.engine import extract as local_extract
@@ -23,13 +23,12 @@ from memoryplus.wire.banks import episode_uuid
 from memoryplus.wire.records import IngestReport, Turn, utc_now
 
 log = logging.getLogger("memoryplus.engine")
-_TOKEN = re.compile(r"\w+|[^\w\s]", re.UNICODE)
 
 
 def truncate_tokens(text: str, max_tokens: int) -> str:
     """Cut text to about `max_tokens` tokens (words and punctuation marks)."""
     count = 0
-    for m in _TOKEN.finditer(text):
+    for m in PROMPT_TOKEN.finditer(text):
         count += 1
         if count > max_tokens:
             return text[:m.start()].rstrip() + " …"

@@ -15,6 +15,7 @@ from graphiti_core.search.search_config import (
 )
 from graphiti_core.search.search_filters import ComparisonOperator, DateFilter, SearchFilters
 
+from memoryplus.common.text import WORD
 from memoryplus.engine import extract as local_extract
 from memoryplus.engine.bank_pool import Bank, BankPool
 from memoryplus.engine.episodes import COMPLETE, EpisodeMeta, ts
@@ -24,12 +25,11 @@ from memoryplus.wire.records import SearchResult, as_utc
 
 SUPERSEDED_FOR = 5          # a question about the past: the top current facts whose predecessors count
 NOW_SLACK = timedelta(days=1)   # see search(): the zone of a conversation's dates is unknown
-QUERY_WORD = re.compile(r"\w+", re.UNICODE)   # a word of a query (forget_ops matches by them too)
 
 
 def clean_query(text: str) -> str:
     """Kuzu's BM25 misses tokens with punctuation attached ('dentist?'); keep words only."""
-    return " ".join(QUERY_WORD.findall(text))[:2000]
+    return " ".join(WORD.findall(text))[:2000]
 
 
 def search_config(depth: int) -> SearchConfig:

@@ -15,7 +15,7 @@ hard towards missing:
    normalised match; very long ones are compared exactly, for speed);
 2. their *content words* are the same set. Content words are every word except a small
    closed class that shapes a question without choosing its subject: articles, auxiliary and
-   modal verbs, wh-words, politeness fillers, "of"/"about" (`STOPWORDS`). Negations, pronouns,
+   modal verbs, wh-words, politeness fillers, "of"/"about" (`QUERY_FILLER_WORDS` in common/text.py). Negations, pronouns,
    prepositions, quantifiers and every open-class word are content, so "i love cats" /
    "i hate cats", "do i like cats" / "do i not like cats", "flights to paris" / "flights
    from paris" never match. Two content words are the same when equal after a light plural
@@ -41,22 +41,14 @@ from dataclasses import dataclass
 from difflib import SequenceMatcher
 from typing import Any, Callable, Hashable
 
+from memoryplus.common.text import QUERY_FILLER_WORDS, stem
+
 FUZZY_MIN_CHARS = 12
 FUZZY_MIN_WORDS = 3
 FUZZY_MAX_CHARS = 512
 WORD_SIMILARITY = 0.85
 WORD_FUZZY_MIN_LEN = 5
 
-# Closed-class words that do not choose what a query is about (see the module docstring).
-STOPWORDS = frozenset("""
-a an the
-is are was were be been being am do does did have has had having
-can could will would shall should may might must
-what which who whom whose when where why how
-whats whos wheres whens whys hows thats theres heres lets
-please pls thanks thank hey hello hi ok okay um uh er hmm well so
-of about
-""".split())
 
 _APOSTROPHES = "'\u2019\u02bc\u2018`\u00b4"
 
@@ -75,16 +67,8 @@ def normalize(query: str) -> str:
     return " ".join("".join(out).split())
 
 
-def _stem(word: str) -> str:
-    if len(word) > 4 and word.endswith("ies"):
-        return word[:-3] + "y"
-    if len(word) > 3 and word.endswith("s") and not word.endswith(("ss", "us", "is")):
-        return word[:-1]
-    return word
-
-
 def content_words(normalised: str) -> frozenset[str]:
-    return frozenset(_stem(w) for w in normalised.split() if w not in STOPWORDS)
+    return frozenset(stem(w) for w in normalised.split() if w not in QUERY_FILLER_WORDS)
 
 
 def _same_word(a: str, b: str) -> bool:

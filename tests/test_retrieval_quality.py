@@ -12,7 +12,8 @@ from collections import Counter
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from memoryplus.cli.bench import DATA_FILE, bm25_ranking   # the same baseline the benchmark uses
+from memoryplus.cli.bench import DATA_FILE
+from memoryplus.cli.bench_recall import bm25_ranking   # the same baseline the benchmark uses
 from memoryplus.testing import make_recall_data
 from memoryplus.wire.records import Turn
 

@@ -40,8 +40,6 @@ def _parse_date(toks: list[str], lows: list[str], i: int) -> tuple[str, int] | N
             k += 1
         if lows[k] in ("day", "week", "month", "quarter", "year", "sprint") or \
                 re.fullmatch(r"q[1-4]", lows[k]) or lows[k] in _MONTHS:
-            text = " ".join(toks[j:k + 1])
-            del text
             rest = [t for t in toks[j + 2:k + 1] if t.lower() != "the"]
             return "end of " + " ".join(rest), k + 1 - i
         return None

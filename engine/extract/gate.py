@@ -10,8 +10,6 @@ from .pipeline import _extract_blocks
 from .text import _LABEL, _bounded_blocks
 
 
-COUNTED_WORD = re.compile(r"[^\W_]+(?:['’\-][^\W_]+)*")
-
 
 def word_count(body: str) -> int:
     """Words in the turn; role labels ("User:", "Assistant:") are not words."""

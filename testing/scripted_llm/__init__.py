@@ -34,7 +34,7 @@ The package, by seam:
 * ``brain.py``       ScriptedBrain, which answers graphiti's structured prompts;
 * ``extractor.py``, ``english.py``, ``prompts.py``  its second English extractor and prompt reading;
 * ``schema_fill.py`` minimal instances of a JSON schema, required fields filled in;
-* ``text_copies.py`` its copies of the product's stemmer, stop words, sentence splitter and
+* ``own_text.py`` its copies of the product's stemmer, stop words, sentence splitter and
   trigram embedder (kept apart so that they can be unified with the product's).
 """
 
@@ -44,7 +44,7 @@ from memoryplus.testing.scripted_llm.brain import ScriptedBrain
 from memoryplus.testing.scripted_llm.faults import FAULT_KINDS
 from memoryplus.testing.scripted_llm.schema_fill import minimal_instance
 from memoryplus.testing.scripted_llm.server import ScriptedLLMServer, main
-from memoryplus.testing.scripted_llm.text_copies import DEFAULT_EMBEDDING_DIM, embed_text
+from memoryplus.testing.scripted_llm.own_text import DEFAULT_EMBEDDING_DIM, embed_text
 from memoryplus.testing.scripted_llm.wire import last_user_text, mask_secret, request_text
 
 __all__ = [

@@ -16,7 +16,7 @@ from memoryplus.testing.scripted_llm.extractor import (
 from memoryplus.testing.scripted_llm.prompts import (
     _iso_z, _json_values, _parse_literal, _parse_time, _section, _texts_from_values)
 from memoryplus.testing.scripted_llm.schema_fill import fill_required, minimal_instance
-from memoryplus.testing.scripted_llm.text_copies import _norm_key, _norm_text, _words, split_sentences
+from memoryplus.testing.scripted_llm.own_text import _norm_key, _norm_text, _words, split_sentences
 
 MAX_SUMMARY_CHARS = 900  # graphiti caps summaries at 1000; stay under it
 

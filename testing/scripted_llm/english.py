@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from memoryplus.testing.scripted_llm.text_copies import _STOPWORDS, _norm_text
+from memoryplus.testing.scripted_llm.own_text import _STOPWORDS, _norm_text
 
 _PRONOUNS = frozenset(
     'i me my mine myself we us our ours ourselves you your yours he him his she her hers it its '

@@ -12,7 +12,7 @@ from memoryplus.testing.scripted_llm.english import (
     _PLACE_CUES, _SKIP_INITIAL, _TEMPORAL_WORDS, _TITLES, _ALWAYS_SKIP, _expand_contractions, _split_camel,
     _third_person, _to_snake, rewrite_first_person)
 from memoryplus.testing.scripted_llm.prompts import _parse_literal, _section
-from memoryplus.testing.scripted_llm.text_copies import (
+from memoryplus.testing.scripted_llm.own_text import (
     _WORD_RE, _content_stems, _norm_key, _norm_text, _stem, _words, split_sentences)
 
 _SPEAKER_RE = re.compile(r"^\s*([A-Za-z][\w .'-]{0,40}?)\s*:\s+(\S.*)$")

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 from memoryplus.testing.scripted_llm.faults import Fault, answer_fault, cut_short, mangle
 from memoryplus.testing.scripted_llm.schema_fill import minimal_instance
-from memoryplus.testing.scripted_llm.text_copies import embed_text
+from memoryplus.testing.scripted_llm.own_text import embed_text
 from memoryplus.testing.scripted_llm.wire import (
     DEFAULT_MODEL_ID, _chat_completion, _chat_usage, _default_chat_reply, _first_user_text, _pieces,
     _response_object, model_card, request_text, rerank_answer, structured_target)

@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 from memoryplus.testing.scripted_llm.brain import ScriptedBrain
 from memoryplus.testing.scripted_llm.faults import FaultQueue
 from memoryplus.testing.scripted_llm.handler import _Handler
-from memoryplus.testing.scripted_llm.text_copies import DEFAULT_EMBEDDING_DIM
+from memoryplus.testing.scripted_llm.own_text import DEFAULT_EMBEDDING_DIM
 from memoryplus.testing.scripted_llm.wire import DEFAULT_MODEL_ID, _bearer, mask_secret
 
 log = logging.getLogger(__name__)

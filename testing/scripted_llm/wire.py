@@ -11,7 +11,7 @@ from typing import Any
 
 from memoryplus.testing.scripted_llm.prompts import _section
 from memoryplus.testing.scripted_llm.schema_fill import _schema_in_prompt
-from memoryplus.testing.scripted_llm.text_copies import _content_stems, _words
+from memoryplus.testing.scripted_llm.own_text import _content_stems, _words
 
 DEFAULT_MODEL_ID = 'scripted-llm'
 

@@ -1,26 +1,29 @@
-"""scripted_llm's copies of text pieces the product has too (issue 14 lists them as copies;
-the "extract" helper builds the product's one place for them, common/text.py, and the lead
-unifies at merge):
+"""The scripted LLM's own English text pieces, which the product's extraction has its own of.
+
+The double stands in for an outside model: its reading of a text must not be the product's
+by construction (a test where both sides share a stemmer or a stop-word list would pass with
+a bug in it), and its answers are fixed byte for byte. So only what is the same to the letter
+and carries no judgement about language is shared (the feature hashing and trigrams of
+common/text.py); these stay the double's own:
 
 * `_STOPWORDS`, `_WORD_RE`, `_words`: a stop-word list and tokenizer (the product's:
-  engine/keywords.py STOP_WORDS / tokens, and engine/local_extract.py's word lists);
+  common/text.py KEYWORD_STOP_WORDS / keyword_tokens, and engine/extract/lexicons.py);
 * `_stem`, `_content_stems`: a suffix stemmer (the product folds plurals and suffixes in
-  engine/local_extract.py and engine/insights.py);
-* `split_sentences` (with `_ABBREV_BEFORE_DOT`): a sentence splitter (engine/local_extract.py
-  `_sentences`);
-* `embed_text` (with `_bucket`): the hashed bag-of-words + character-trigram embedder
-  (engine/embedders.py `HashEmbedder`);
+  common/text.py `stem`, engine/extract/ and engine/insights.py);
+* `split_sentences` (with `_ABBREV_BEFORE_DOT`): a sentence splitter (common/text.py
+  `split_sentences`);
+* `embed_text`: the hashed bag-of-words + character-trigram embedder; its hashing and
+  trigrams are common/text.py's (as engine/embedders.py `HashEmbedder`'s are);
 * `_norm_text`, `_norm_key`: apostrophe / case / punctuation folding.
-
-They are kept as they were, byte for byte: the scripted LLM's answers must not move.
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
 import re
 from collections.abc import Iterable
+
+from memoryplus.common.text import char_trigrams, feature_hash
 
 DEFAULT_EMBEDDING_DIM = 384
 
@@ -103,8 +106,7 @@ def split_sentences(text: str) -> list[str]:
 
 
 def _bucket(feature: str, dim: int) -> int:
-    h = hashlib.blake2b(feature.encode('utf-8'), digest_size=8).digest()
-    return int.from_bytes(h, 'little') % dim
+    return feature_hash(feature) % dim
 
 
 def embed_text(text: str, dim: int = DEFAULT_EMBEDDING_DIM) -> list[float]:
@@ -114,9 +116,8 @@ def embed_text(text: str, dim: int = DEFAULT_EMBEDDING_DIM) -> list[float]:
     words = [w.lower() for w in re.findall(r'\w+', _norm_text(text or ''))]
     for w in words:
         vec[_bucket('w:' + w, dim)] += 1.0
-        padded = f'#{w}#'
-        for k in range(len(padded) - 2):
-            vec[_bucket('t:' + padded[k : k + 3], dim)] += 0.5
+        for gram in char_trigrams(w):
+            vec[_bucket('t:' + gram, dim)] += 0.5
     norm = math.sqrt(sum(v * v for v in vec))
     if norm == 0:
         vec[0] = 1.0
