@@ -24,7 +24,7 @@ from functools import lru_cache
 from pydantic import BaseModel
 
 from ..config.schema import MEMORY_MODES, defaults, option
-from .insights import EMOTION_NAMES, TOPIC_NAMES
+from .insight_words import EMOTION_NAMES, TOPIC_NAMES
 
 # graphiti's own node labels and edge names: a custom type must not take one of them.
 RESERVED_TYPE_NAMES = frozenset({"Entity", "Episodic", "Community", "Saga"})

@@ -5,9 +5,8 @@ import time
 
 import pytest
 
+from memoryplus.engine.insight_words import EMOTION_NAMES, TOPIC_NAMES
 from memoryplus.engine.insights import (
-    EMOTION_NAMES,
-    TOPIC_NAMES,
     Insights,
     analyze,
     canonical_emotion,

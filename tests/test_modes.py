@@ -18,7 +18,7 @@ from graphiti_core.utils.maintenance.node_operations import extract_nodes
 from graphiti_core.utils.ontology_utils.entity_types_utils import validate_entity_types
 
 from memoryplus.config.schema import MEMORY_MODES, Settings
-from memoryplus.engine.insights import EMOTION_NAMES
+from memoryplus.engine.insight_words import EMOTION_NAMES
 from memoryplus.engine.modes import (
     RESERVED_EDGE_NAMES,
     RESERVED_TYPE_NAMES,
