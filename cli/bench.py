@@ -3,7 +3,7 @@ one run (issue 7).
 
 Real parts throughout: PyGPT's registry, dispatcher, events and ctx items in chat mode (see
 testing/pygpt_host.py), the real plugin, real worker processes, Kuzu on disk, the local
-embedder, and the scripted LLM (testing/scripted_llm.py) with a per-call latency standing in
+embedder, and the scripted LLM (testing/scripted_llm/) with a per-call latency standing in
 for a provider. Baselines: graphiti's own `search_` in-process on the same bank with the same
 configuration; stock graphiti `add_episode` (zero LLM latency, at most 500 turns) in its own
 process, over KuzuDriver's default pool and again over our bounded one, against our worker with

@@ -36,7 +36,7 @@ from memoryplus.cli.chaos_faults import PRESETS, FaultsMixin, StoreFault, TurnRe
 FAULT_KEYS = ["llm_429", "llm_500", "llm_timeout", "llm_garbage", "worker_kill", "app_restart",
               "bank_locked", "write_error", "settings_change", "forget", "memory_gate"]
 SUBJECTS = ["Berlin", "Lisbon", "Acme", "Apollo", "Okafor", "Siemens", "Munich", "Falcon", "Miso"]
-# Turns of two kinds, both beyond the gate's rules (local_extract.gate_decision answers None),
+# Turns of two kinds, both beyond the gate's rules (engine/extract's gate_decision answers None),
 # so under MemoryGate the Insight Model (the scripted LLM) decides each by what it says:
 # a statement about the user is kept, a general question or a thanks is skipped.
 STATEMENT = "Note {marker}: I met {subject} about topic {marker} today."

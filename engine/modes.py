@@ -433,7 +433,7 @@ assert all(m.instructions.startswith(f"Memory mode {name}") for name, m in _MODE
 
 MAX_CUSTOM_PROMPT_CHARS = 8000
 
-# Gate prompt for an LLM MemoryGate decision (the local decision is local_extract.gate_decision).
+# Gate prompt for an LLM MemoryGate decision (the local decision is engine/extract/gate.py).
 GATE_PROMPT = (
     "Decide whether this chat turn is worth storing in long-term memory. Store it when it "
     "contains lasting information about User (identity, relationships, preferences, plans, "

@@ -23,7 +23,7 @@ import numpy as np
 from memoryplus.common.text import keyword_tokens as tokens
 
 # bm25 over the whole turn, bm25 over the user message, cosine to the user message
-WEIGHTS = (1.0, 0.5, 3.0)        # testing/recall_weights.py: 5-fold CV on the dev split
+WEIGHTS = (1.0, 0.5, 3.0)        # scripts/recall_weights.py: 5-fold CV on the dev split
 # A turn is a candidate at all only when it shares a word with the query or its user message
 # is this close to it (the relevance floor: a bank where nothing matches returns no turn)
 COSINE_FLOOR = 0.35
