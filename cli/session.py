@@ -49,6 +49,8 @@ def open_for(args, settings, banks_dir, doing: str = "going"):
         ignored = [f"--{flag}" for flag, _ in _FLAGS if getattr(args, flag, None)]
         print(f"memoryplus: PyGPT's worker (pid {st.get('pid') or '?'}) holds {banks_dir}: {doing} through it, "
               f"with its settings" + (f" ({', '.join(ignored)} ignored)" if ignored else ""), file=sys.stderr)
+        for line in st.get("conflicts") or ():    # a setting of ours PyGPT's worker does not share
+            print(f"memoryplus: {line}", file=sys.stderr)
     return service
 
 

@@ -23,7 +23,8 @@ def open_service(settings, data_dir: str | os.PathLike, credentials=None, *,
     the operations then run with that worker's settings and credentials, not `settings`.
     Else the engine in this process, with `settings`."""
     from memoryplus.client.worker_client import connect_existing
-    client = connect_existing(data_dir, timeout=connect_timeout, app=app)
+    # our settings go in the hello: what differs from the governing ones is in status()["conflicts"]
+    client = connect_existing(data_dir, timeout=connect_timeout, app=app, settings=settings)
     if client is not None:
         return RemoteMemoryService(client)
     return LocalMemoryService.open(settings, data_dir, credentials, app=app)

@@ -304,6 +304,9 @@ def test_the_command_goes_through_pygpts_running_worker(tmp_path):
         found = run(data, "search", "--bank", bank, "--json", "Who is my dentist?")
         assert "PyGPT's worker" in found.stderr and "going through it" in found.stderr, found.stderr
         assert any("Okafor" in r["text"] for r in json.loads(found.stdout)), found.stdout
+        # a setting of the command's own that PyGPT's worker does not share is named, not lost silently
+        told = run(data, "--extraction", "llm", "search", "--bank", bank, "--json", "Who is my dentist?")
+        assert "--extraction ignored" in told.stderr and "extraction_engine" in told.stderr, told.stderr
 
         remembered = run(data, "remember", "--bank", bank, "My locker code at the gym is 4711.")
         assert remembered.stdout.strip() == "remembered", remembered.stdout
