@@ -179,7 +179,7 @@ class ChatCommandsMixin:
                 self.cache.invalidate(bank)
             say(message)
         except Exception as exc:
-            problem = self._problem(str(exc))
+            problem = self._problem(exc)
             if problem is not None:
                 with self._lock:
                     self._said.add(problem.cause)

@@ -1,4 +1,5 @@
-"""Failures a user can fix, recognised in an error text and said once, with the fix.
+"""Failures a user can fix, recognised by their error's class (or, for what arrives only as
+text, its words) and said once, with the fix.
 
 The plugin shows each cause once per session (and again after the settings change, when
 the user may have fixed it), never once per turn. Texts carry no secrets: the error text is
@@ -44,9 +45,12 @@ def requirement(module: str) -> str:
     return top
 
 
-def diagnose(error: str, *, python: str = "", endpoints: str = "") -> Problem | None:
-    """The fixable cause behind an error text, or None (then the status bar says it)."""
+def diagnose(error: str | BaseException, *, python: str = "", endpoints: str = "") -> Problem | None:
+    """The fixable cause behind an error, or None (then the status bar says it). A failed
+    operation's error is known by its class (its wire code); what comes only as text (the
+    worker's start-up, a provider's answer inside a provider error) by its words."""
     from memoryplus.common.redact import redact
+    from memoryplus.wire import errors
     text = str(error or "")
     low = text.lower()
     python = python or sys.executable
@@ -58,7 +62,9 @@ def diagnose(error: str, *, python: str = "", endpoints: str = "") -> Problem | 
             f"installed for {python}.\n\nFix: install MemoryPlus's requirements into that "
             f"environment, e.g.\n  \"{python}\" -m pip install \"{req}\"\nthen restart PyGPT "
             f"(see the README, Install). Until then your turns are kept on disk, not stored."))
-    if "is in use by" in low or "could not set lock" in low:
+    # the words count only where no code says what it is (text, or an unclassified failure)
+    by_words = not isinstance(error, errors.ServiceError) or isinstance(error, errors.Internal)
+    if isinstance(error, errors.BankInUse) or by_words and ("is in use by" in low or "could not set lock" in low):
         return Problem("bank_in_use", redact(
             f"MemoryPlus cannot open a memory bank: {text.splitlines()[0][:300]}\n\nFix: close the "
             f"other program using it (another PyGPT, or a `memoryplus` command), then use Restart "
@@ -82,7 +88,7 @@ def diagnose(error: str, *, python: str = "", endpoints: str = "") -> Problem | 
             f"{text.splitlines()[0][:200]}\n\nFix: choose a model that server serves as Graphiti "
             f"Internal Model (Plugins → Settings → MemoryPlus → Models), or correct the server's "
             f"address, or choose Extraction Engine local. Your turns are kept and stored once it works."))
-    if "was built with the embedder" in low:
+    if isinstance(error, errors.EmbeddingMismatch) or by_words and "was built with the embedder" in low:
         return Problem("embedder_mismatch", redact(f"MemoryPlus: {text.splitlines()[0][:600]}"))
     return None
 

@@ -19,8 +19,8 @@ EXPIRY_EVERY_S = 24 * 3600
 
 
 class StatusMixin:
-    def _problem(self, error: str):
-        """The fixable cause behind an error text (see problems.py), or None."""
+    def _problem(self, error: str | BaseException):
+        """The fixable cause behind an error (see problems.py), or None."""
         from memoryplus.plugin.problems import diagnose
         st = self.service.status() if self.service is not None else {}
         return diagnose(error, python=st.get("python") or "", endpoints=self._endpoints(st))
@@ -55,7 +55,7 @@ class StatusMixin:
         if problem is not None:
             self._say_once(problem)
 
-    def _storing_failed(self, error: str) -> None:
+    def _storing_failed(self, error: str | BaseException) -> None:
         """A cause that may pass by itself (an unreachable server) is said once a turn has
         failed on it as many times as the queue tries (Ingestion Retry Attempts); one that will
         not (a missing package, a refused key, a bank in use) at once."""

@@ -172,7 +172,7 @@ class TurnsMixin:
         except errors.ServiceError as exc:
             # a bad bank name or an engine's refusal stays as it is; anything else may pass
             retryable = not isinstance(exc, (errors.BadBankName, errors.EngineFailure))
-            self._storing_failed(str(exc))
+            self._storing_failed(exc)
             raise IngestError(str(exc), retryable=retryable) from None
         self._streak.clear()
         # flushed=False: the queue keeps them spooled

@@ -63,34 +63,43 @@ def main() -> None:
         import memoryplus
         from memoryplus.config.schema import Settings
         from memoryplus.client.worker_client import WorkerClient
-        from memoryplus.wire.records import Credentials
+        from memoryplus.service.remote import RemoteMemoryService
+        from memoryplus.wire.protocol import IngestParams, SearchParams
+        from memoryplus.wire.records import Credentials, Turn
         rep["memoryplus_file"] = memoryplus.__file__
         rep["imports_s"] = round(time.monotonic() - t0, 3)
         settings = Settings(extraction_engine="local", embedding_provider="local")
         creds = Credentials(openai_api_key=secret)
-        turn = {"id": "t1", "user": "My dentist is Dr Okafor and I live in Lisbon.", "assistant": "Noted."}
-        query = {"bank": "current.chat", "query": "Who is my dentist?"}
+        turn = Turn(id="t1", user="My dentist is Dr Okafor and I live in Lisbon.", assistant="Noted.")
+        query = SearchParams(bank="current.chat", query="Who is my dentist?")
+
+        def texts(service: RemoteMemoryService, timeout: float) -> list[str]:
+            return [r.text for r in service.search(query, timeout=timeout).result()]
+
         with WorkerClient(settings, data_dir, creds, mode="persistent", app="frozen-test") as c:
+            service = RemoteMemoryService(c)
             t = time.monotonic()
-            health = c.call("health", timeout=120)
+            health = service.health(timeout=120).result()
             status = c.status()
             rep["persistent"] = {"first_answer_s": round(time.monotonic() - t, 3), "startup_s": status["startup_s"],
                                  "launch": status["launch"], "using": status["using"],
-                                 "proc": proc_view(health["pid"], secret)}
-            rep["persistent"]["stored"] = c.call("ingest", {"bank": "current.chat", "turns": [turn]}, timeout=120)
-            rep["persistent"]["found"] = [r["text"] for r in c.call("search", query, timeout=60)]
+                                 "proc": proc_view(health.pid, secret)}
+            stored = service.ingest(IngestParams(bank="current.chat", turns=[turn]), timeout=120).result()
+            rep["persistent"]["stored"] = stored.model_dump(mode="json")
+            rep["persistent"]["found"] = texts(service, 60)
         with WorkerClient(settings, data_dir, creds, mode="subprocess", app="frozen-test") as c:
             t = time.monotonic()
-            found = c.call("search", query, timeout=120)
+            found = texts(RemoteMemoryService(c), 120)
             rep["percall"] = {"search_s": round(time.monotonic() - t, 3), "launch": c.status()["launch"],
-                              "found": [r["text"] for r in found]}
+                              "found": found}
         if worker_python:
             override = Settings(extraction_engine="local", embedding_provider="local", worker_python=worker_python)
             with WorkerClient(override, data_dir, creds, mode="persistent", app="frozen-test") as c:
-                health = c.call("health", timeout=120)
+                service = RemoteMemoryService(c)
+                health = service.health(timeout=120).result()
                 rep["override"] = {"launch": c.status()["launch"], "startup_s": c.status()["startup_s"],
-                                   "python": health.get("python"), "proc": proc_view(health["pid"], secret),
-                                   "found": [r["text"] for r in c.call("search", query, timeout=60)]}
+                                   "python": health.python, "proc": proc_view(health.pid, secret),
+                                   "found": texts(service, 60)}
         rep["ok"] = True
     except BaseException as exc:  # the report says what failed
         import traceback

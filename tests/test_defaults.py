@@ -297,6 +297,16 @@ def test_each_fixable_cause_is_recognised_and_its_text_has_no_secret(error, caus
         assert "Fix" in problem.text and SECRET not in problem.text
 
 
+def test_a_failed_operation_is_known_by_its_error_class_not_its_words():
+    """A bank in use reaches the plugin as the service's BankInUse, whatever its message says;
+    a classified error whose message merely mentions a lock is not taken for one."""
+    from memoryplus.plugin.problems import diagnose
+    from memoryplus.wire import errors
+    assert diagnose(errors.BankInUse("bank 'work' is locked by pid 4242")).cause == "bank_in_use"
+    assert diagnose(errors.EmbeddingMismatch("bank 'work' needs another embedder")).cause == "embedder_mismatch"
+    assert diagnose(errors.BadParams("the text 'is in use by' is not a bank")) is None
+
+
 @pytest.mark.option("manual_flagging")
 def test_remember_this_that_cannot_be_stored_answers_in_the_chat_with_the_fix(host):
     window, plugin = host(extraction_engine="llm", llm_provider="openai_compatible",
