@@ -88,7 +88,7 @@ def test_the_readme_zip_installs_through_pygpts_installer_and_updates(tmp_path):
     installed = ext.import_zip(str(archive))
     dest = tmp_path / "pygpt" / "addons" / "plugins" / "memoryplus"
     assert installed["id"] == "memoryplus" and Path(installed["_path"]) == dest
-    assert (dest / "addon.py").is_file() and (dest / "worker" / "client.py").is_file()
+    assert (dest / "addon.py").is_file() and (dest / "client" / "worker_client.py").is_file()
     assert not (dest / ".venv").exists() and not (dest / "memoryplus").exists()
 
     # the same version again is refused; update route 1: uninstall, then install

@@ -33,7 +33,8 @@ DRIVER = REPO / "testing" / "app_driver.py"
 RUN_TIMEOUT_S = 150          # one app run, killed after this (a test's whole budget)
 STARTUP_MARGIN_S = 30        # of which PyGPT's start and exit; the driver's GUI script gets the rest
 # What an add-on carries: the package, not the venv, the tests or git.
-ADDON_ITEMS = ("__init__.py", "manifest.json", "addon.py", "config", "worker", "plugin", "ui", "cli",
+ADDON_ITEMS = ("__init__.py", "manifest.json", "addon.py", "config", "common", "wire", "client", "worker",
+               "engine", "service", "plugin", "ui", "cli",
                "testing")
 FIRST = "My dentist is Dr Okafor and I live in Lisbon."
 SECOND = "Who is my dentist?"

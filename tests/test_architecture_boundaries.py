@@ -21,7 +21,13 @@ DOUBLES_USERS = re.compile(r"cli/(demo|bench|chaos)(_\w+)?\.py")
 def sources() -> dict[str, ast.Module]:
     """Package-relative path -> parsed module, for every .py file shipped in the package."""
     return {p.relative_to(ROOT).as_posix(): ast.parse(p.read_text(encoding="utf-8"), str(p))
-            for p in sorted(ROOT.rglob("*.py")) if p.relative_to(ROOT).parts[0] not in NOT_SHIPPED}
+            for p in sorted(ROOT.rglob("*.py")) if shipped(p)}
+
+
+def shipped(path: Path) -> bool:
+    """A file of the package: not the checkout's tools, nor a hidden folder (.venv, .git)."""
+    top = path.relative_to(ROOT).parts[0]
+    return top not in NOT_SHIPPED and not top.startswith(".") and top not in ("dist", "build")
 
 
 def imports(path: str) -> list[tuple[str, int]]:

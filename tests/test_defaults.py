@@ -187,7 +187,9 @@ def test_hashed_features_are_explained_with_a_command_that_keeps_pygpts_numpy(ho
     assert f"-m pip install --no-deps {LOCAL_EMBEDDER_PINS}" in desc, desc
     assert "hashed embeddings" in plugin.status_text()
     # a bank built before the reason was recorded still says how to get the real embedder
-    text = plugin.embedder_text({"embedder": {"banks": {"default": {"id": "hash:hash:384", "why": ""}}},
+    # (what this session's own ingest reported of the bank is not asked here)
+    plugin._bank_embedders.clear()
+    text = plugin.embedder_text({"embedder": {"banks": {plugin.current_bank(): {"id": "hash:hash:384", "why": ""}}},
                                  "python": "/opt/pygpt/bin/python"})
     assert f'"/opt/pygpt/bin/python" -m pip install --no-deps {LOCAL_EMBEDDER_PINS}' in text, text
 

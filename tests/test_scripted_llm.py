@@ -835,7 +835,10 @@ def test_standalone_cli_runs_until_ctrl_c():
         port = s.getsockname()[1]
     proc = subprocess.Popen(
         [sys.executable, '-m', 'memoryplus.testing.scripted_llm', '--port', str(port), '--latency-ms', '20'],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        # Ctrl-C as in a terminal: an ignored SIGINT some earlier code of this process left
+        # behind would be inherited, and Python then installs no KeyboardInterrupt handler
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         line = proc.stdout.readline()
         assert f'http://127.0.0.1:{port}/v1' in line
