@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import re
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Sequence
 
 from graphiti_core.nodes import EpisodeType, EpisodicNode
 from graphiti_core.search.search_config import (
@@ -25,6 +25,7 @@ from memoryplus.wire.records import SearchResult, as_utc
 
 SUPERSEDED_FOR = 5          # a question about the past: the top current facts whose predecessors count
 NOW_SLACK = timedelta(days=1)   # see search(): the zone of a conversation's dates is unknown
+GRAPH_QUERY_WORDS = 128     # graphiti's Kuzu full-text search drops a longer query (MAX_QUERY_LENGTH)
 
 
 def clean_query(text: str) -> str:
@@ -63,6 +64,8 @@ def search_filter(as_of: datetime | None, now: datetime | None = None) -> Search
 class SearchOps:
     def __init__(self, pool: BankPool):
         self.pool = pool
+        # by bank: the first words of its entities' names, for the entity index they are of
+        self._first_words: dict[str, tuple[dict, int, frozenset[str]]] = {}
 
     async def search(self, bank_name: str, query: str, limit: int = 10,
                      as_of: datetime | None = None, now: datetime | None = None) -> list[SearchResult]:
@@ -87,15 +90,46 @@ class SearchOps:
         limit = max(1, min(int(limit), 100))
         # "Where did Ravi live before…?": the superseded facts are the answer, so keep them
         past = as_of is None and local_extract.asks_about_past(query)
-        # "my boss" is Tomasz: search for both (one search, not two: latency)
-        for phrase, names in await self._resolve_roles(bank, query):
-            query = re.sub(re.escape(phrase), lambda m: f"{m.group(0)} {' '.join(names)}", query,
-                           count=1, flags=re.I)
-        out = await self._search_once(bank, clean_query(query), as_of, past, limit, now)
+        turns, graph, related = await self._read(bank, query)
+        out = await self._search_once(bank, clean_query(graph), as_of, past, limit, now,
+                                      clean_query(turns), related)
         return covering(out, limit)
 
+    async def _read(self, bank: Bank, query: str) -> tuple[str, str, list[str]]:
+        """The query in the bank's words: (for the turn index, for graphiti's search, the
+        words of its word families, which the turn index weighs lower). The user's own names
+        are the user ("Where does Mira live?", asked by Mira, is where I live: their turns say
+        "I", their facts "User"); "my boss" is the person the user's facts call their boss, or
+        their manager (searched for both: one search, not two, for latency); "vegetarian"
+        finds "pescatarian" too. At most one query of the user's facts for all of it."""
+        refs = local_extract.role_references(query)
+        relations = {rel for _, rel in refs}
+        if await self._may_name_someone(bank, query):
+            relations.add("IS_CALLED")
+        rows = await self._user_facts(bank, relations)
+        read = local_extract.as_the_user(
+            query, [r["target_name"] for r in rows if r["name"] == "IS_CALLED"])
+        if read is not None:
+            query, names_read = read
+            more = [ref for ref in local_extract.role_references(query) if ref not in refs]
+            if more:                    # "Mira's boss" is "my boss"
+                rows += await self._user_facts(bank, {rel for _, rel in more} - {rel for _, rel in refs})
+                refs += more
+        for phrase, names in self._roles(refs, rows):
+            query = re.sub(re.escape(phrase), lambda m: f"{m.group(0)} {' '.join(names)}", query,
+                           count=1, flags=re.I)
+        related = local_extract.family_words(query)
+        # the name itself still counts, in the turns as a related word: a name read wrongly
+        # ("I'm Mexican" taken for one) costs the query its word only in part
+        named = names_read + ["User"] if read is not None else []
+        room = max(0, GRAPH_QUERY_WORDS - len(WORD.findall(query)) - len(named))
+        return query, " ".join([query, *named, *related[:room]]), related + named[:-1]
+
     async def _search_once(self, bank: Bank, text: str, as_of: datetime | None, past: bool,
-                           limit: int, now: datetime | None = None) -> list[SearchResult]:
+                           limit: int, now: datetime | None = None, turn_text: str | None = None,
+                           related: Sequence[str] = ()) -> list[SearchResult]:
+        """graphiti's search with `text`, the turn index's with `turn_text` (and `related`
+        words, weighed lower), fused."""
         depth = self.pool.settings.search_depth   # candidates per kind (facts, entities, turns)
         if past:        # replaced facts too, but none that began after `now`
             flt = SearchFilters() if now is None else SearchFilters(valid_at=[[DateFilter(
@@ -104,7 +138,8 @@ class SearchOps:
             flt = search_filter(as_of, now)
         results = await bank.graphiti.search_(text, config=search_config(depth),
                                               group_ids=[bank.slug], search_filter=flt)
-        turns, ended = await self._turn_hits(bank, text, as_of or now, depth, past)
+        turns, ended = await self._turn_hits(bank, turn_text or text, as_of or now, depth, past,
+                                             related)
         # a question about the past ranks the replaced facts by the current ones: all of those
         out = await fuse(self.pool, bank, results, as_of or now, None if past else limit, turns, ended)
         if past:
@@ -133,7 +168,8 @@ class SearchOps:
         return bank.turns
 
     async def _turn_hits(self, bank: Bank, text: str, until: datetime | None, depth: int,
-                         past: bool = False) -> tuple[list[tuple[Any, float]], dict[str, datetime]]:
+                         past: bool = False, related: Sequence[str] = (),
+                         ) -> tuple[list[tuple[Any, float]], dict[str, datetime]]:
         """The turn index's best `depth` turns as (episode, score), standing in for graphiti's
         keyword-only turn search, scored by rank as graphiti's RRF scores its single list
         (1, 1/2, 1/3 …), so the weights between kinds keep their meaning.
@@ -146,7 +182,7 @@ class SearchOps:
         if not len(index):
             return [], {}
         vec = await bank.embedder.create(text)
-        hits = index.search(text, vec, depth, as_utc(until) if until else None)
+        hits = index.search(text, vec, depth, as_utc(until) if until else None, related)
         rows = await self.pool.episodes(bank, [u for u, _ in hits])
         hits = [u for u, _ in hits if u in rows]
         edges = list({e for u in hits for e in rows[u]["entity_edges"] or []})
@@ -198,16 +234,30 @@ class SearchOps:
                                         sources=[m.id for m in known_eps], score=round(s, 6)))
         return out
 
-    async def _resolve_roles(self, bank: Bank, query: str) -> list[tuple[str, list[str]]]:
-        """The people the user's own facts name for a role the query mentions ("my boss")."""
-        refs = local_extract.role_references(query)
-        if not refs:
-            return []
+    async def _may_name_someone(self, bank: Bank, query: str) -> bool:
+        """Whether a word of the query begins the name of one of the bank's entities (a name
+        of the user's is one: "User is called Mira"); if not, no query of the user's names."""
+        index = await self.pool.entity_index(bank)
+        known = self._first_words.get(bank.slug)
+        if known is None or known[0] is not index or known[1] != len(index):
+            firsts = frozenset(k.split(" ", 1)[0] for k in index) - {"user", "assistant"}
+            if len(self._first_words) >= 64:        # banks closed or deleted keep no entry
+                self._first_words.clear()
+            known = self._first_words[bank.slug] = (index, len(index), firsts)
+        return not known[2].isdisjoint(w.lower() for w in WORD.findall(query))
+
+    async def _user_facts(self, bank: Bank, relations: set[str]) -> list[dict]:
+        """The user's current facts under `relations` (their names, the people of their roles)."""
         user = (await self.pool.entity_index(bank)).get("user")
-        if user is None:
+        if user is None or not relations:
             return []
-        rows = await self.pool.query(bank, "current_facts_named", source=user[0],
-                                     relations=list({rel for _, rel in refs}))
+        return await self.pool.query(bank, "current_facts_named", source=user[0],
+                                     relations=sorted(relations))
+
+    @staticmethod
+    def _roles(refs: list[tuple[str, str]], rows: list[dict]) -> list[tuple[str, list[str]]]:
+        """The people the user's facts (`rows`) name for the roles a query mentions ("my
+        boss"), the first relation of a mention that names someone (local_extract.role_references)."""
         out: list[tuple[str, list[str]]] = []
         for phrase, relation in refs:
             if any(phrase.lower().startswith(p.lower()) for p, _ in out):

@@ -16,6 +16,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Iterable
 
 import numpy as np
 
@@ -27,6 +28,9 @@ WEIGHTS = (1.0, 0.5, 3.0)        # scripts/recall_weights.py: 5-fold CV on the d
 # A turn is a candidate at all only when it shares a word with the query or its user message
 # is this close to it (the relevance floor: a bank where nothing matches returns no turn)
 COSINE_FLOOR = 0.35
+# A word of the query's word families ("manager" for "boss", extract/query.family_words)
+# counts this much of a word of the query itself in both BM25 signals
+RELATED_WEIGHT = 0.5
 K1, B = 1.5, 0.75
 
 
@@ -131,18 +135,22 @@ class TurnIndex:
             self._vectors[i] = np.zeros_like(self._vectors[i])
         self._matrix = None
 
-    def signals(self, query: str, query_vector, until: datetime | None = None) -> tuple[list[np.ndarray], np.ndarray]:
-        """Per slot: BM25 over the turn, BM25 over its user message, cosine to its user
-        message; and which slots are live (stored, dated up to `until`)."""
+    def signals(self, query: str, query_vector, until: datetime | None = None,
+                related: Iterable[str] = ()) -> tuple[list[np.ndarray], np.ndarray]:
+        """Per slot: BM25 over the turn, BM25 over its user message (the `related` words
+        weighed by RELATED_WEIGHT), cosine to its user message; and which slots are live
+        (stored, dated up to `until`)."""
         n = len(self.uuids)
         live = np.array([u is not None for u in self.uuids], dtype=bool)
         if until is not None and n:
             live &= np.array(self.times) <= until.timestamp()
         terms = tokens(query)
+        more = [t for t in dict.fromkeys(tokens(" ".join(related))) if t not in terms]
         if self._matrix is None:
             self._matrix = np.vstack(self._vectors) if self._vectors else np.zeros((0, self.dim), np.float32)
-        return [self.turn.scores(terms, n), self.user.scores(terms, n),
-                self._matrix @ np.asarray(query_vector, dtype=np.float32)], live
+        bm25 = [f.scores(terms, n) + (RELATED_WEIGHT * f.scores(more, n) if more else 0)
+                for f in (self.turn, self.user)]
+        return bm25 + [self._matrix @ np.asarray(query_vector, dtype=np.float32)], live
 
     @staticmethod
     def fuse(signals: list[np.ndarray], live: np.ndarray, weights=WEIGHTS) -> np.ndarray:
@@ -158,13 +166,14 @@ class TurnIndex:
         total[~(live & ((signals[0] > 0) | (signals[2] >= COSINE_FLOOR)))] = -np.inf
         return total
 
-    def search(self, query: str, query_vector, limit: int, until: datetime | None = None) -> list[tuple[str, float]]:
+    def search(self, query: str, query_vector, limit: int, until: datetime | None = None,
+               related: Iterable[str] = ()) -> list[tuple[str, float]]:
         """The best `limit` turns (episode uuid, fused score), best first; only turns dated up
         to `until` when given, and only those above the relevance floor. A score is a sum of
         standardised signals (how far the turn stands out from the bank's turns)."""
         if not self.slot or not limit:
             return []
-        total = self.fuse(*self.signals(query, query_vector, until))
+        total = self.fuse(*self.signals(query, query_vector, until, related))
         k = min(limit, int(np.isfinite(total).sum()))
         if not k:
             return []

@@ -10,10 +10,13 @@ from memoryplus.engine.extract import (
     LocalEntity,
     LocalExtraction,
     LocalFact,
+    as_the_user,
     canonical_entity,
     extract,
+    family_words,
     gate_decision,
     is_low_value,
+    role_references,
     word_count,
 )
 from memoryplus.engine.modes import mode_spec
@@ -660,3 +663,34 @@ def test_each_fact_has_the_tags_of_its_own_sentence():
     assert not any("books" in t for t in by_relation["HAS_TASK"]), by_relation
     # the turn still has its emotion (as an Emotion entity)
     assert ("sad", "Emotion") in {(e.name, e.type) for e in result.entities}
+
+
+# ── reading a search query ────────────────────────────────────────────────────────────────
+@pytest.mark.parametrize("query, names, read", [
+    ("Where does Mira live now?", ["Mira"], ("Where does I live now?", ["Mira"])),
+    ("What is Mira's job?", ["Mira"], ("What is my job?", ["Mira"])),
+    ("where does mira novak live", ["Mira Novak"], ("where does I live", ["mira novak"])),
+    ("Where does Mira work?", ["Mira Novak"], ("Where does I work?", ["Mira"])),
+    ("Where does Miranda live?", ["Mira"], None),           # a whole name only
+    ("Will I need a visa?", ["Will"], None),                # a common word starting a sentence
+    ("what will i do in june", ["Will", "June"], None),     # lowercase: the words
+    ("Where does Anna live?", [], None),
+])
+def test_the_users_names_are_read_as_the_user(query, names, read):
+    assert as_the_user(query, names) == read
+
+
+def test_a_role_is_also_asked_in_the_other_words_of_its_family():
+    refs = role_references("Who is my boss?")
+    assert refs[0] == ("my boss", "HAS_BOSS")           # the word itself first
+    assert ("my boss", "HAS_MANAGER") in refs and ("my boss", "HAS_SUPERVISOR") in refs
+    assert ("my husband", "HAS_PARTNER") in role_references("Where does my husband work?")
+
+
+def test_family_words_stand_for_each_other_and_narrower_ones_only_for_the_wider():
+    assert {"diet", "pescatarian", "vegan"} <= set(family_words("Am I vegetarian?"))
+    assert "manager" in family_words("Who is my boss?")
+    assert {"son", "daughter"} <= set(family_words("my kid"))
+    assert "daughter" not in family_words("my son") and "child" in family_words("my son")
+    assert "managers" in family_words("my bosses")
+    assert family_words("Where do I live?") == []

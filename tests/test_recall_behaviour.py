@@ -130,3 +130,60 @@ async def test_a_fact_carries_the_tags_of_its_own_sentence(engine):
     fact = next(r for r in found if r.kind == "fact" and "Porto" in r.text)
     assert "emotion:sad" in episode.tags, episode.tags      # the turn is sad
     assert "emotion:sad" not in fact.tags, fact.tags        # where Anna lives is not
+
+
+async def test_the_users_own_name_is_the_user(engine):
+    """A user who said "Hi, I'm Mira" and later asks "Where does Mira live now?" asks where
+    they live: the user and their name are one person to search (issue 18, behaviour 3)."""
+    await engine.ingest(BANK, [
+        turn(1, "Hi, I'm Mira.", "Nice to meet you, Mira!"),
+        turn(2, "I live in Berlin.", days=1),
+        turn(3, "My friend Jonas lives in Munich.", days=3),
+        turn(4, "My sister Anna lives in Porto.", days=5),
+        turn(5, "I live in Lisbon now.", days=30),
+    ])
+    where = await engine.search(BANK, "Where does Mira live now?", limit=10)
+    assert "Lisbon" in where[0].text, shown(where)
+    assert any(r.kind == "fact" and r.text == "User lives in Lisbon" for r in where), shown(where)
+    for r in where:
+        if "Berlin" in r.text and r.kind != "entity":
+            assert r.invalid_at == T0 + timedelta(days=30), f"shown as current: {r.kind} {r.text!r}"
+    # her sister is "my sister" (Anna), not another name to look up
+    sister = await engine.search(BANK, "Where does Mira's sister live?", limit=5)
+    assert "Porto" in sister[0].text, shown(sister)
+
+
+def shown(results):
+    return [(r.kind, r.text[:50], r.invalid_at) for r in results]
+
+
+async def test_a_role_asked_in_other_words_finds_the_person(engine):
+    """"Who is my boss?" after "My manager Tomasz wants the Q3 report by Friday" found nothing
+    (issue 18, behaviour 4): a role word stands for the other words of its family."""
+    await engine.ingest(BANK, [
+        turn(1, "My sister Anna lives in Porto."),
+        turn(2, "My manager Tomasz wants the Q3 report by Friday.", days=2),
+        turn(3, "My friend Jonas is visiting next week.", days=3),
+        turn(4, "I need to book a dentist appointment.", days=4),
+        turn(5, "My partner Alex works at a bakery.", days=6),
+    ])
+    boss = await engine.search(BANK, "Who is my boss?", limit=5)
+    assert boss and "Tomasz" in boss[0].text, shown(boss)
+    spouse = await engine.search(BANK, "Where does my husband work?", limit=5)
+    assert spouse and "Alex" in spouse[0].text, shown(spouse)
+
+
+async def test_a_diet_asked_by_another_name_finds_the_current_one(engine):
+    """"Am I vegetarian?" after "I'm pescatarian now" returned only the old vegetarian turn
+    (issue 18, behaviour 4): the current diet comes first, the old one as ended."""
+    await engine.ingest(BANK, [
+        turn(1, "I'm vegetarian."),
+        turn(2, "My sister Anna lives in Porto.", days=2),
+        turn(3, "I need to book a dentist appointment.", days=4),
+        turn(4, "I'm pescatarian now.", days=25),
+    ])
+    diet = await engine.search(BANK, "Am I vegetarian?", limit=10)
+    assert diet and "pescatarian" in diet[0].text, shown(diet)
+    assert any(r.kind == "fact" and r.text == "User's diet is pescatarian" for r in diet), shown(diet)
+    assert all(r.invalid_at == T0 + timedelta(days=25) for r in diet
+               if "vegetarian" in r.text and r.kind != "entity"), shown(diet)

@@ -40,9 +40,9 @@ from .collector import MAX_ENTITIES, MAX_FACTS, LocalEntity, LocalExtraction, Lo
 from .entities import canonical_entity
 from .gate import gate_decision, is_low_value, word_count
 from .pipeline import extract
-from .query import asks_about_past, role_references
+from .query import as_the_user, asks_about_past, family_words, role_references
 from .text import MAX_CHARS
 
 __all__ = ["MAX_CHARS", "MAX_ENTITIES", "MAX_FACTS", "LocalEntity", "LocalExtraction",
-           "LocalFact", "asks_about_past", "canonical_entity", "extract", "gate_decision",
-           "is_low_value", "role_references", "word_count"]
+           "LocalFact", "as_the_user", "asks_about_past", "canonical_entity", "extract",
+           "family_words", "gate_decision", "is_low_value", "role_references", "word_count"]

@@ -96,7 +96,7 @@ _COGNITION = {"know", "see", "understand", "think", "say", "tell", "ask", "hear"
               "figure", "find", "guess", "remember", "believe", "decide"}
 # Roles people usually have several of: "my friend is X" does not replace another friend.
 _PLURAL_ROLES = set("""
-friend brother sister sibling child kid son daughter cousin colleague coworker co-worker
+friend brother sister sibling child kid son daughter cousin colleague coworker
 neighbour neighbor classmate teammate pet dog cat hobby interest uncle aunt niece nephew
 grandchild grandson granddaughter student client customer employee report roommate
 flatmate housemate teacher mentor grandparent fan follower contact acquaintance ex
@@ -339,3 +339,42 @@ _PERSON_SUBJECT = {"LIVES_IN", "LIVES_WITH", "IS_FROM", "BORN_IN", "BORN_ON", "W
                    "ALLERGIC_TO", "SPEAKS", "STUDIES", "LEARNING", "PLAYS", "HAS_TASK",
                    "HAS_GOAL", "VISITED", "GAVE_INSTRUCTION", "TEACHES", "IS_A", "MANAGES",
                    "DRIVES", "LIVES_WITH"}
+
+# ── Word families (reading a search query: extract/query.py) ─────────────────────────────
+# The words people use for the same person, thing or single-valued fact of their life: a
+# query names one ("my boss", "Am I vegetarian?"), the memory may hold another ("my manager
+# Tomasz", "I'm pescatarian now"). The words of a line stand for each other; after ">" come
+# narrower words, which stand for the words before it but not for each other (a son is a
+# child, not a daughter). General English, chosen by meaning, not from any data set.
+WORD_FAMILIES = """
+boss manager supervisor superior lead
+wife husband spouse partner
+girlfriend boyfriend partner
+fiance fiancee fiancé fiancée partner
+mom mum mother mommy mama
+dad father daddy papa
+parent > mom mum mother dad father
+grandma grandmother granny nana
+grandpa grandfather granddad grandad
+kid child > son daughter
+doctor physician gp > dentist pediatrician paediatrician dermatologist
+therapist counselor counsellor psychologist psychiatrist
+friend buddy pal bestie
+colleague coworker
+teacher tutor instructor
+coach trainer
+roommate flatmate housemate
+neighbour neighbor
+lawyer attorney solicitor
+vet veterinarian
+diet vegetarian vegan pescatarian pescetarian flexitarian keto paleo
+job occupation profession career
+flat apartment
+car vehicle
+bike bicycle
+phone smartphone
+movie film
+holiday vacation
+dog > puppy
+cat > kitten
+"""

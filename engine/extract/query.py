@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import re
+from typing import Iterable
 
-from .text import _upper_snake
+from .lexicons import _FORMS, _MODALS, _MONTHS, _STOP_ANY, _TITLES, _WEEKDAYS, WORD_FAMILIES
+from .text import _is_cap, _upper_snake
 
 
 # ── reading a search query (rules, like the extraction above) ─────────────────────────────
@@ -11,6 +13,45 @@ _PAST_INTENT = re.compile(
     r"\b(before|previous(ly)?|used to|formerly|former|originally|prior to|no longer|any ?more|"
     r"in the past|back then|old (address|job|car|flat|house|home)|last (year|month|week|time))\b", re.I)
 _MY_ROLE = re.compile(r"\bmy ((?:[^\W\d_][\w\-]* ){0,2}[^\W\d_][\w\-]*)", re.I)
+_FAMILY_WORD = re.compile(r"[^\W\d_]+(?:-[^\W\d_]+)*")
+# words a name can also be ("Will", "June", "Rose"): in a query typed all in lowercase they
+# are read as words, not as the user's name
+_COMMON = frozenset(_STOP_ANY | set(_FORMS) | _MODALS | set(_MONTHS) | set(_WEEKDAYS))
+
+
+def _families(table: str) -> dict[str, tuple[str, ...]]:
+    """word -> the words that stand for it (lexicons.WORD_FAMILIES), in the table's order."""
+    out: dict[str, list[str]] = {}
+    for line in table.strip().splitlines():
+        left, _, right = line.partition(">")
+        words, narrower = left.split(), right.split()
+        for w in words:
+            out.setdefault(w, []).extend(words + narrower)
+        for w in narrower:
+            out.setdefault(w, []).extend(words)
+    return {w: tuple(dict.fromkeys(x for x in xs if x != w)) for w, xs in out.items()}
+
+
+FAMILIES = _families(WORD_FAMILIES)
+
+
+def relatives(word: str) -> tuple[str, ...]:
+    """The words of `word`'s families ('boss' -> manager, supervisor, ...); a plural in, plurals out."""
+    w = word.lower()
+    if w in FAMILIES:
+        return FAMILIES[w]
+    for cut in (1, 2):                  # "managers", "bosses"
+        if len(w) > 3 and w.endswith("es"[2 - cut:]) and w[:-cut] in FAMILIES:
+            return tuple(x + "s" for x in FAMILIES[w[:-cut]])
+    return ()
+
+
+def family_words(query: str) -> list[str]:
+    """The words a query's words stand for as well, those it lacks: 'Am I vegetarian?' asks
+    about a diet whichever it is now (diet, vegan, pescatarian, ...)."""
+    words = [w.lower() for w in _FAMILY_WORD.findall(query)]
+    have = set(words)
+    return list(dict.fromkeys(x for w in words for x in relatives(w) if x not in have))
 
 
 def asks_about_past(query: str) -> bool:
@@ -21,7 +62,8 @@ def asks_about_past(query: str) -> bool:
 def role_references(query: str) -> list[tuple[str, str]]:
     """("my boss", "HAS_BOSS")-style pairs for the roles a query names, longest first per
     mention: the relations under which the user's own facts name that person ("My boss is
-    Tomasz" is stored as User HAS_BOSS Tomasz)."""
+    Tomasz" is stored as User HAS_BOSS Tomasz). After each, the same role in the other words
+    of its family ("my boss": HAS_MANAGER, HAS_SUPERVISOR, ...), tried when it names nobody."""
     out: list[tuple[str, str]] = []
     for m in _MY_ROLE.finditer(query):
         words = m.group(1).split()
@@ -31,4 +73,41 @@ def role_references(query: str) -> list[tuple[str, str]]:
                 role[-1] = role[-1][:-2]
             phrase = f"{m.group(0)[:3]}{' '.join(words[:n])}"
             out.append((phrase, "HAS_" + _upper_snake(role)))
+            out += [(phrase, "HAS_" + _upper_snake(role[:-1] + [other]))
+                    for other in relatives(role[-1])]
     return out
+
+
+def as_the_user(query: str, names: Iterable[str]) -> tuple[str, list[str]] | None:
+    """The query with the user's own names read as the user, and the names read: asked by
+    someone who said "Hi, I'm Mira", 'Where does Mira live now?' is 'Where does I live now?'
+    and 'Mira's boss' is 'my boss' (their turns say "I" and "my", their facts "User"). None
+    when no name of theirs occurs. A full name's first word counts too ("Mira" for "Mira
+    Novak"). A name is read where it is capitalised, or anywhere in a query typed all in
+    lowercase; one that is also a common word ("Will", "June") not in lowercase or at the
+    start of a sentence."""
+    forms: set[str] = set()
+    for name in names:
+        words = name.split()
+        if not words or not _is_cap(words[0]):
+            continue
+        forms.add(" ".join(words))
+        if len(words) > 1 and words[0].lower().rstrip(".") not in _TITLES:
+            forms.add(words[0])
+    if not forms:
+        return None
+    lower = query == query.lower()
+    alternatives = "|".join(re.escape(f) for f in sorted(forms, key=len, reverse=True))
+    pattern = re.compile(rf"(?<![\w'’])({alternatives})(['’]s)?(?![\w'’])", re.I if lower else 0)
+
+    found: list[str] = []
+
+    def read(m: re.Match) -> str:
+        before = query[:m.start()].rstrip()
+        if m.group(1).lower() in _COMMON and (lower or not before or before[-1] in ".!?"):
+            return m.group(0)           # "Will I need a visa?" asked by Will
+        found.append(m.group(1))
+        return "my" if m.group(2) else "I"
+
+    out = pattern.sub(read, query)
+    return (out, list(dict.fromkeys(found))) if found else None
