@@ -26,6 +26,7 @@ TABS: dict[str, str] = {
     "intelligence": "Intelligence",
     "lifecycle": "Lifecycle",
     "advanced": "Advanced",
+    "tools": "Model Tools",
 }
 
 # The nine memory modes, declared here once (engine/modes.py gives each its ontology, in this order).
@@ -263,6 +264,28 @@ class Options:
         "Python interpreter for the worker process. Empty: the one PyGPT runs under, with "
         "PyGPT's import path (its add-on packages included); in a frozen PyGPT, PyGPT's own "
         "executable. Set: that interpreter, which must have graphiti-core and kuzu itself."))
+
+    # ── Model Tools: PyGPT plugin commands the model may call (kind "cmd": PyGPT stores each
+    # as `cmd.<id>`, its switch; plugin/tools.py declares the command's instruction and params)
+    memory_search: bool = opt(True, kind="cmd", tab="tools", label="Tool: memory_search", issue=15,
+                              description=(
+        "Let the model search this chat's memory (the bank its turns inject from), ranked and "
+        "dated as the injected block, with replaced facts marked no longer true when asked "
+        "about the past. On by default: it only reads what the injection could show anyway."))
+    memory_timeline: bool = opt(True, kind="cmd", tab="tools", label="Tool: memory_timeline",
+                                issue=15, description=(
+        "Let the model ask what this chat's memory knows about one person, place or thing, "
+        "each fact with when it held. On by default: it only reads this chat's bank."))
+    memory_remember: bool = opt(True, kind="cmd", tab="tools", label="Tool: memory_remember",
+                                issue=15, description=(
+        "Let the model store an explicit memory in this chat's bank, as /remember_this TEXT "
+        "does; each one is shown in the chat, so you see it and can /forget_that it. On by "
+        "default: it stores what was said in this chat, which Auto-Ingest stores anyway."))
+    memory_forget: bool = opt(True, kind="cmd", tab="tools", label="Tool: memory_forget", issue=15,
+                              description=(
+        "Let the model propose forgetting: the memories strongly matching its query are shown "
+        "to you in the chat, and nothing is forgotten until you confirm with /forget_that yes "
+        "(the model cannot confirm). On by default: only you can confirm."))
 
 
 @dataclass(frozen=True, kw_only=True)

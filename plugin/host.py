@@ -75,8 +75,12 @@ def option_kwargs(info) -> dict[str, Any]:
 
 
 def register_options(plugin: Any) -> None:
+    from memoryplus.plugin import tools
     for info in options():
-        plugin.add_option(info.id, info.kind, **option_kwargs(info))
+        if info.kind == "cmd":      # a model tool: PyGPT's command, its switch `cmd.<id>`
+            tools.declare(plugin, info)
+        else:
+            plugin.add_option(info.id, info.kind, **option_kwargs(info))
 
 
 def read_settings(plugin: Any) -> tuple[Settings, list[str]]:
@@ -84,6 +88,26 @@ def read_settings(plugin: Any) -> tuple[Settings, list[str]]:
     from memoryplus.config.schema import validate_lenient
     values = {}
     for info in options():
-        if plugin.has_option(info.id):
+        if info.kind == "cmd":
+            if plugin.has_option(f"cmd.{info.id}"):
+                values[info.id] = plugin.has_cmd(info.id)
+        elif plugin.has_option(info.id):
             values[info.id] = plugin.get_option_value(info.id)
     return validate_lenient(values)
+
+
+def pygpt_values(values: dict[str, Any]) -> dict[str, Any]:
+    """Settings values under the keys PyGPT stores them by (a tool's switch: `cmd.<id>`)."""
+    cmds = {info.id for info in options() if info.kind == "cmd"}
+    return {f"cmd.{k}" if k in cmds else k: v for k, v in values.items()}
+
+
+def set_value(plugin: Any, key: str, value: Any) -> None:
+    """Set one option by PyGPT's key; a command keeps its declaration, only its switch changes."""
+    if not plugin.has_option(key):
+        return
+    if key.startswith("cmd.") and isinstance(plugin.options[key].get("value"), dict):
+        plugin.options[key]["value"]["enabled"] = bool(value)
+        plugin.refresh_option(key)
+    else:
+        plugin.set_option_value(key, value)

@@ -42,10 +42,16 @@ def _tags(tags: Iterable[str]) -> str:
     return " ".join(out)
 
 
+def validity(valid_at, invalid_at) -> str:
+    """A memory's validity as the model reads it: since when, and until when if it ended."""
+    out = valid_at.date().isoformat() if valid_at else "undated"
+    if invalid_at is not None:      # a replaced fact (asked about the past): say it ended
+        out = f"{out} to {invalid_at.date().isoformat()}, no longer true"
+    return out
+
+
 def format_line(r: SearchResult) -> str:
-    when = r.valid_at.date().isoformat() if r.valid_at else "undated"
-    if r.invalid_at is not None:    # a replaced fact (asked about the past): say it ended
-        when = f"{when} to {r.invalid_at.date().isoformat()}, no longer true"
+    when = validity(r.valid_at, r.invalid_at)
     text = escape(r.text)
     if r.kind == "episode":
         text = text.replace("User: ", "user said: ").replace("Assistant: ", "assistant said: ")

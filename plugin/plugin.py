@@ -35,6 +35,7 @@ from memoryplus.config.schema import TABS, defaults
 from memoryplus.plugin import host
 from memoryplus.plugin.chat import ChatCommandsMixin
 from memoryplus.plugin.status import StatusMixin
+from memoryplus.plugin.tools import TOOL_EVENTS, ToolsMixin
 from memoryplus.plugin.turns import TurnsMixin
 
 if TYPE_CHECKING:   # pydantic models: imported on the start-up thread, not at import
@@ -47,7 +48,7 @@ PLUGIN_ID = "memoryplus"
 TURN_EVENTS = frozenset({Event.INPUT_BEFORE, Event.CTX_BEFORE, Event.POST_PROMPT_END, Event.CTX_END})
 
 
-class Plugin(TurnsMixin, ChatCommandsMixin, StatusMixin, BasePlugin):
+class Plugin(TurnsMixin, ChatCommandsMixin, ToolsMixin, StatusMixin, BasePlugin):
     """Life cycle, settings and the events' dispatch here; a turn's search and storing in
     plugin/turns.py, the chat commands in plugin/chat.py, what the user is told in plugin/status.py."""
     notify = Signal(str)           # text for the user, shown on the GUI thread
@@ -61,7 +62,7 @@ class Plugin(TurnsMixin, ChatCommandsMixin, StatusMixin, BasePlugin):
         self.description = ("Time-aware long-term memory: remembers your conversations in a "
                             "knowledge graph and recalls what matters in later chats.")
         self.prefix = "MemoryPlus"
-        self.type = []
+        self.type = ["cmd.inline"]    # the model tools (plugin/tools.py), as PyGPT's memory plugin
         self.order = 100
         self.use_locale = False
         self.tabs = dict(TABS)
@@ -244,9 +245,9 @@ class Plugin(TurnsMixin, ChatCommandsMixin, StatusMixin, BasePlugin):
     def _restore_options(self, values: dict) -> None:
         """GUI thread: put the mirrored values back into PyGPT's options and config."""
         try:
+            values = host.pygpt_values(values)     # a tool's switch is PyGPT's `cmd.<name>`
             for name, value in values.items():
-                if self.has_option(name):
-                    self.set_option_value(name, value)
+                host.set_value(self, name, value)
             self.window.core.config.get("plugins", {})[self.id] = dict(values)
             self.window.core.config.save()
         except Exception as exc:
@@ -334,6 +335,9 @@ class Plugin(TurnsMixin, ChatCommandsMixin, StatusMixin, BasePlugin):
         if name == Event.MODELS_CHANGED:
             for opt in ("insight_model", "graphiti_model"):
                 self.refresh_option(opt)
+            return
+        if name in TOOL_EVENTS:    # before the silent check: PyGPT asks for tools silently
+            self.tool_event(event)
             return
         if name not in TURN_EVENTS or data.get("silent") or data.get("preview"):
             return  # e.g. SYSTEM_PROMPT, fired ~10×/turn by token counting: nothing slow here

@@ -90,6 +90,9 @@ MUTATIONS: dict[str, list[tuple[str, str, str]]] = {
     "low_value_threshold": [("engine/ingest_ops.py", "is_low_value(body, s.low_value_threshold)", "is_low_value(body, {D})"),
                             ("engine/admin_ops.py", "threshold or self.pool.settings.low_value_threshold", "threshold or {D}")],
     "manual_flagging": [("plugin/chat.py", "flagging = self.settings.manual_flagging", "flagging = {D}")],
+    # the four model tools share one read (each proof switches its own tool off)
+    **{tool: [("plugin/tools.py", "return bool(getattr(self.settings, name))", "return bool({D})")]
+       for tool in ("memory_search", "memory_timeline", "memory_remember", "memory_forget")},
     "memory_expiry_days": [("engine/admin_ops.py", "days = self.pool.settings.memory_expiry_days", "days = {D}"),
                            ("plugin/status.py", "days = self.settings.memory_expiry_days", "days = {D}")],
     "custom_sanitization_rules": [("plugin/sanitize.py", "split_rules(settings.custom_sanitization_rules)",

@@ -27,6 +27,7 @@ NEEDS_PYGPT=(
   tests/test_plugin.py
   tests/test_reliability.py    # the plugin's retry and spool paths
   tests/test_sanitize.py       # compares with PyGPT's command parser
+  tests/test_tools.py          # the model tools through PyGPT's plugin commands
   tests/test_shared_worker.py  # the plugin hears what other clients change
   tests/test_ui.py
 )

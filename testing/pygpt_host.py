@@ -3,7 +3,8 @@
 Real parts of pygpt-net 2.9.1: `Config` (over a temporary workdir seeded with PyGPT's own
 default config.json), the core plugin registry (`core.plugins.Plugins`: registration, saved
 option values, option pruning), the plugin controller's enabled-state, the `Dispatcher`,
-`Event`, `CtxItem` and `CtxMeta`. Everything else PyGPT's dispatcher consults before reaching
+`Event`, `CtxItem`, `CtxMeta` and the command core (`core.command`, which a plugin command's
+reply consults). Everything else PyGPT's dispatcher consults before reaching
 plugins (its tool, agent, ctx, model, idx and ui controllers) is an inert stand-in: those are
 PyGPT's own features, not the plugin API under test. The chat render controller, which gets
 every RenderEvent, records what would be shown in the chat (`chat`); `core.ctx` knows which
@@ -92,9 +93,12 @@ class HostWindow:
         self.core.llm.get.return_value = None
         self.core.models.ollama.get_base_url.return_value = "http://localhost:11434"
         self.core.config = Config(self)
+        from pygpt_net.core.command import Command
+        self.core.command = Command(self)     # PyGPT's own: a plugin's reply asks it of its tools
         self.core.config.init(all=False)
         self.core.plugins = PluginRegistry(self)
         self.controller = MagicMock()
+        self.controller.kernel.stopped.return_value = False   # plugin workers check it per command
         self.controller.plugins = PluginController(self)
         self.controller.chat.render = _ChatRender(self)
         self.tools = MagicMock()
@@ -131,8 +135,9 @@ class HostWindow:
         """What Plugins → Settings… → Save does: store values, then tell the plugins."""
         from pygpt_net.core.events import Event
         stored = self.core.config.data.setdefault("plugins", {}).setdefault(plugin.id, {})
-        for key, value in values.items():
-            plugin.set_option_value(key, value)
+        from memoryplus.plugin.host import set_value
+        for key, value in values.items():   # a tool's switch is its command's (`cmd.<name>`)
+            set_value(plugin, key, value)
             stored[key] = value
         self.core.config.save()
         self.dispatch(Event(Event.PLUGIN_SETTINGS_CHANGED))

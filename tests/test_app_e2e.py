@@ -349,3 +349,56 @@ def test_addon_zip_into_a_pygpt_without_graphiti_stores_and_recalls(tmp_path, ll
           f"app run {run.seconds:.1f}s, worker ready at {run.report['timings'].get('worker_ready')}s "
           f"(startup {run.report.get('worker_status_at_start', {}).get('startup_s')}s), "
           f"whole test {time.monotonic() - started:.1f}s")
+
+
+# ── the model tools (plugin/tools.py) in the real app ─────────────────────────────────────
+LOCKER = "My locker code is 4711."
+
+
+def _last_item(body: dict) -> dict:
+    items = body.get("input") if isinstance(body.get("input"), list) else body.get("messages") or []
+    return items[-1] if items and isinstance(items[-1], dict) else {}
+
+
+def _tool_output(body: dict) -> str | None:
+    """The tool's result a follow-up request carries (Responses or Chat Completions), else None."""
+    last = _last_item(body)
+    if last.get("type") == "function_call_output" or last.get("role") == "tool":
+        return str(last.get("output") or last.get("content") or "")
+    return None
+
+
+def _tool_model(body: dict):
+    """A model that calls MemoryPlus's tools: remember when asked to, search when asked."""
+    out = _tool_output(body)
+    if out is not None:
+        return f"(answered from the tool) {out[:300]}"
+    user = last_user_text(body).lower()
+    if "please remember" in user:
+        return {"tool_calls": [{"name": "memory_remember", "arguments": {"text": LOCKER}}]}
+    if "locker" in user:
+        return {"tool_calls": [{"name": "memory_search", "arguments": {"query": "What is my locker code?"}}]}
+    return "Noted, thank you."
+
+
+def test_the_model_calls_the_memory_tools_and_the_next_request_carries_their_results(tmp_path):
+    server = ScriptedLLMServer(chat_reply=_tool_model).start()
+    try:
+        run = run_app(tmp_path, "tools", tmp_path / "pygpt", "--route", "launcher", "--base-url", server.base_url,
+                      "--message", "Please remember my locker code, it is 4711.",
+                      "--message", "What is my locker code?")
+    finally:
+        server.stop()
+    rep = run.report
+    assert rep.get("ok"), f"the driver did not finish its script\n{run.tail()}"
+    requests = main_chat_requests(server)
+    offered = json.dumps(requests[0][1].get("tools") or requests[0][1].get("functions") or [])
+    assert "memory_search" in offered and "memory_remember" in offered, requests[0][1].keys()
+    outputs = [_tool_output(body) for _, body in requests]
+    # each follow-up carries PyGPT's record of the command: the request and our result
+    assert any(o and "memory_remember" in o and f"Remembered: {LOCKER}" in o for o in outputs), outputs
+    searched = [o for o in outputs if o and "memory_search" in o and TAG in o]
+    assert searched and "4711" in searched[0].split(TAG, 1)[1], f"no search result in a follow-up: {outputs}"
+    assert not rep.get("unhandled_exceptions"), rep["unhandled_exceptions"]
+    assert rep.get("plugin_last_error") in ("", None), rep.get("plugin_last_error")
+    assert run.rc == 0 and not run.leftover_workers, run.tail()

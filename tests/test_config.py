@@ -31,7 +31,7 @@ def test_every_option_has_tab_label_description_and_a_widget_kind():
     for o in schema.options():
         assert o.tab in schema.TABS, o.id
         assert o.label and len(o.description) > 15, o.id
-        assert o.kind in {"bool", "int", "float", "text", "textarea", "combo"}, o.id
+        assert o.kind in {"bool", "int", "float", "text", "textarea", "combo", "cmd"}, o.id
         if o.kind == "combo":
             assert o.choices or o.use, o.id
         if o.kind in ("int", "float"):

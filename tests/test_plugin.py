@@ -40,7 +40,7 @@ def restart_without_saved_settings(workdir) -> HostWindow:
 def test_every_option_is_on_its_tab_with_the_right_widget(host):
     window, plugin = host()
     for info in options():
-        opt = plugin.options[info.id]
+        opt = plugin.options[f"cmd.{info.id}" if info.kind == "cmd" else info.id]   # a model tool's: its command
         assert opt["tab"] == info.tab and opt["label"] == info.label
         assert opt["type"] == info.kind and opt["secret"] == info.secret
         if info.use == "models":

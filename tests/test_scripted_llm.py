@@ -915,3 +915,34 @@ def test_the_api_key_of_each_request_is_recorded_masked(server):
     recorded = json.dumps(server.api_keys) + json.dumps(server.requests)
     assert chat_key not in recorded and embed_key not in recorded, 'a key was kept in the clear'
     assert mask_secret(chat_key) != mask_secret(embed_key)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_chat_reply_of_tool_calls_is_a_function_call_in_both_apis(stream):
+    """What tests/test_app_e2e.py's tool test relies on: {'tool_calls': [...]} from chat_reply
+    reaches the official SDK as function calls, in the Chat Completions and Responses shapes."""
+    from memoryplus.testing.scripted_llm import ScriptedLLMServer
+    call = {"name": "memory_search", "arguments": {"query": "dentist"}}
+    server = ScriptedLLMServer(chat_reply=lambda body: {"tool_calls": [call]}).start()
+    try:
+        client = openai.OpenAI(api_key="sk-test", base_url=server.base_url)
+        tools = [{"type": "function", "function": {"name": "memory_search", "parameters": {"type": "object"}}}]
+        chat = client.chat.completions.create(model="scripted-llm", messages=[{"role": "user", "content": "hi"}],
+                                              tools=tools, stream=stream)
+        if stream:
+            got = [tc for chunk in chat for choice in chunk.choices for tc in (choice.delta.tool_calls or [])]
+            fn = got[0].function
+        else:
+            fn = chat.choices[0].message.tool_calls[0].function
+            assert chat.choices[0].finish_reason == "tool_calls"
+        assert fn.name == "memory_search" and json.loads(fn.arguments) == call["arguments"]
+        resp = client.responses.create(model="scripted-llm", input="hi", stream=stream,
+                                       tools=[{"type": "function", "name": "memory_search",
+                                               "parameters": {"type": "object"}}])
+        if stream:
+            resp = [e for e in resp if e.type == "response.completed"][0].response
+        item = resp.output[0]
+        assert item.type == "function_call" and item.name == "memory_search"
+        assert json.loads(item.arguments) == call["arguments"] and item.call_id
+    finally:
+        server.stop()

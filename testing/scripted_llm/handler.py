@@ -145,6 +145,9 @@ class _Handler(BaseHTTPRequestHandler):
             text, logprobs = rerank_answer(prompt)
         else:
             reply = owner.chat_reply(body) if owner.chat_reply is not None else _default_chat_reply(body)
+            if isinstance(reply, dict) and reply.get('tool_calls'):   # the model calls tools
+                self._tool_calls(body, api, str(body.get('model') or DEFAULT_MODEL_ID), reply['tool_calls'])
+                return
             text = str(reply)
         text = mangle(text, fault)
         model = str(body.get('model') or DEFAULT_MODEL_ID)
@@ -209,6 +212,55 @@ class _Handler(BaseHTTPRequestHandler):
         item = {'id': mid, 'type': 'message', 'status': 'completed', 'role': 'assistant', 'content': [part]}
         ev('response.output_item.done', output_index=0, item=item)
         final = _response_object(body, model, text, in_tok, out_tok, rid=rid, mid=mid, created=created)
+        ev('response.completed', response=final)
+        self._end_sse()
+
+    def _tool_calls(self, body: dict, api: str, model: str, calls: list[dict]) -> None:
+        """Answer with function calls ({'name', 'arguments': {...}} each), streamed or not, in
+        the Chat Completions or the Responses shape (a chat_reply returning {'tool_calls': [...]})."""
+        calls = [{'id': 'fc_' + uuid.uuid4().hex[:24], 'call_id': 'call_' + uuid.uuid4().hex[:24],
+                  'name': str(c['name']), 'arguments': json.dumps(c.get('arguments') or {})} for c in calls]
+        if api == 'chat':
+            tcs = [{'id': c['call_id'], 'type': 'function',
+                    'function': {'name': c['name'], 'arguments': c['arguments']}} for c in calls]
+            done = _chat_completion(model, '', 1, 1)
+            done['choices'][0]['message'].update(content=None, tool_calls=tcs)
+            done['choices'][0]['finish_reason'] = 'tool_calls'
+            if not body.get('stream'):
+                self._send_json(200, done)
+                return
+            base = {k: done[k] for k in ('id', 'object', 'created', 'model', 'system_fingerprint')}
+            base['object'] = 'chat.completion.chunk'
+            self._start_sse()
+            self._sse({**base, 'choices': [{'index': 0, 'delta': {'role': 'assistant', 'content': None, 'tool_calls': [
+                {'index': i, **tc} for i, tc in enumerate(tcs)]}, 'logprobs': None, 'finish_reason': None}]})
+            self._sse({**base, 'choices': [{'index': 0, 'delta': {}, 'logprobs': None, 'finish_reason': 'tool_calls'}]})
+            self._sse('[DONE]')
+            self._end_sse()
+            return
+        items = [{'id': c['id'], 'type': 'function_call', 'status': 'completed', 'call_id': c['call_id'],
+                  'name': c['name'], 'arguments': c['arguments']} for c in calls]
+        final = _response_object(body, model, '', 1, 1)
+        final['output'] = items
+        if not body.get('stream'):
+            self._send_json(200, final)
+            return
+        seq = 0
+
+        def ev(etype: str, **fields: Any) -> None:
+            nonlocal seq
+            self._sse({'type': etype, 'sequence_number': seq, **fields}, event=etype)
+            seq += 1
+        pending = {**final, 'status': 'in_progress', 'output': [], 'usage': None, 'completed_at': None}
+        self._start_sse()
+        ev('response.created', response=pending)
+        ev('response.in_progress', response=pending)
+        for i, item in enumerate(items):
+            ev('response.output_item.added', output_index=i, item={**item, 'status': 'in_progress', 'arguments': ''})
+            ev('response.function_call_arguments.delta', item_id=item['id'], output_index=i, delta=item['arguments'])
+            ev('response.function_call_arguments.done', item_id=item['id'], output_index=i,
+               name=item['name'], arguments=item['arguments'])
+            ev('response.output_item.done', output_index=i, item=item)
         ev('response.completed', response=final)
         self._end_sse()
 

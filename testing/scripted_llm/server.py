@@ -91,7 +91,7 @@ class ScriptedLLMServer:
     brain: the :class:`ScriptedBrain` (its fact memory lives as long as the server).
     """
 
-    def __init__(self, latency_s: float = 0.0, chat_reply: Callable[[dict], str] | None = None, *,
+    def __init__(self, latency_s: float = 0.0, chat_reply: Callable[[dict], str | dict] | None = None, *,
                  port: int = 0, embedding_dim: int = DEFAULT_EMBEDDING_DIM, timeout_hold_s: float = 5.0,
                  model_ids: Iterable[str] = (DEFAULT_MODEL_ID,), max_recorded: int = 20000) -> None:
         self.latency_s = float(latency_s)
