@@ -90,6 +90,7 @@ MUTATIONS: dict[str, list[tuple[str, str, str]]] = {
     "low_value_threshold": [("engine/ingest_ops.py", "is_low_value(body, s.low_value_threshold)", "is_low_value(body, {D})"),
                             ("engine/admin_ops.py", "threshold or self.pool.settings.low_value_threshold", "threshold or {D}")],
     "manual_flagging": [("plugin/chat.py", "flagging = self.settings.manual_flagging", "flagging = {D}")],
+    "mcp_forget": [("mcp_server/tools.py", "if not settings_now().mcp_forget:", "if not {D}:")],
     "memory_expiry_days": [("engine/admin_ops.py", "days = self.pool.settings.memory_expiry_days", "days = {D}"),
                            ("plugin/status.py", "days = self.settings.memory_expiry_days", "days = {D}")],
     "custom_sanitization_rules": [("plugin/sanitize.py", "split_rules(settings.custom_sanitization_rules)",
