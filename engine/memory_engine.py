@@ -22,9 +22,10 @@ from memoryplus.engine.modes import ModeSpec
 from memoryplus.engine.providers import EmbedderChoice
 from memoryplus.engine.removal import RemovalOps
 from memoryplus.engine.search_ops import SearchOps
+from memoryplus.engine.timeline_ops import TimelineOps
 from memoryplus.wire.banks import BankDirectory
 from memoryplus.wire.records import (
-    BankInfo, BankStats, Credentials, ForgetReport, IngestReport, SearchResult, Turn,
+    BankInfo, BankStats, Credentials, ForgetReport, IngestReport, SearchResult, Timeline, Turn,
 )
 
 
@@ -40,6 +41,7 @@ class MemoryEngine:
         self.search_ops = SearchOps(self.pool)
         self.forget_ops = ForgetOps(self.pool, self.search_ops, self.removal)
         self.admin_ops = AdminOps(self.pool, self.removal)
+        self.timeline_ops = TimelineOps(self.pool)
         self.pool.recover = self.ingest_ops.recover   # a bank that opens redoes interrupted writes
 
     # ── configuration ──────────────────────────────────────────────────────────────────
@@ -124,6 +126,12 @@ class MemoryEngine:
         date), not `as_of`: what is current stays current and questions about the past still
         find what was replaced, but nothing said after `now` is known yet."""
         return await self.search_ops.search(bank_name, query, limit, as_of, now)
+
+    async def timeline(self, bank_name: str, entity: str, limit: int = 50,
+                       as_of: datetime | None = None) -> Timeline:
+        """What the bank knows about one person, place or thing, ordered by validity, replaced
+        facts included with their end (`as_of`: only what had begun by then)."""
+        return await self.timeline_ops.timeline(bank_name, entity, limit, as_of)
 
     # ── forgetting ─────────────────────────────────────────────────────────────────────
     async def forget(self, bank_name: str, *, last: bool = False, ids: list[str] | None = None,

@@ -30,14 +30,14 @@ from memoryplus.wire import errors
 from memoryplus.wire import protocol as P
 from memoryplus.wire.protocol import (
     BankParams, BrowseParams, ExpireParams, ForgetParams, ImportParams, IngestParams, NoParams,
-    PruneParams, RateParams, RememberParams, SearchParams,
+    PruneParams, RateParams, RememberParams, SearchParams, TimelineParams,
 )
 from memoryplus.wire.records import BROWSE_ROWS
 
 if TYPE_CHECKING:
     from memoryplus.wire.records import (
         BankInfo, BankStats, BrowseRow, EmbedderStatus, ExportRecord, ForgetReport, Health,
-        ImportReport, IngestReport, SearchResult, SettingsApplied,
+        ImportReport, IngestReport, SearchResult, SettingsApplied, Timeline,
     )
 
 Future = cf.Future
@@ -144,6 +144,10 @@ class MemoryService(ABC):
     def browse(self, request: BrowseParams, *, timeout: float | None = None) -> Future[list[BrowseRow]]:
         """EpisodeRow, FactRow or EntityRow records, as `request.what` says."""
         return self._submit("browse", request, timeout)
+
+    def timeline(self, request: TimelineParams, *, timeout: float | None = None) -> Future[Timeline]:
+        """What is known about one person, place or thing, each fact with its validity."""
+        return self._submit("timeline", request, timeout)
 
     def stats(self, request: BankParams, *, timeout: float | None = None) -> Future[BankStats]:
         return self._submit("stats", request, timeout)

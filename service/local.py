@@ -110,6 +110,8 @@ class LocalMemoryService(MemoryService):
             return await e.reembed(p.bank)
         if op == "browse":
             return await e.browse(p.bank, p.what, p.offset, p.limit)
+        if op == "timeline":
+            return await e.timeline(p.bank, p.entity, limit=p.limit, as_of=p.as_of)
         if op == "stats":
             return await e.stats(p.bank)
         if op == "banks":

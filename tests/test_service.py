@@ -13,7 +13,7 @@ from memoryplus.wire import errors
 from memoryplus.wire import protocol as P
 from memoryplus.wire.records import (
     BankInfo, BankStats, EntityRow, EpisodeRow, ExportedBank, FactRow, ForgetReport, Health, ImportReport,
-    IngestReport, SearchResult, Turn,
+    IngestReport, SearchResult, Timeline, Turn,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,6 +46,9 @@ def test_every_operation_answers_with_records(services, where):
     found = s.search(P.SearchParams(bank="b", query="Where does Anna live?"), timeout=60).result(60)
     assert found and all(isinstance(r, SearchResult) for r in found)
     assert any("Munich" in r.text for r in found)
+    timeline = s.timeline(P.TimelineParams(bank="b", entity="anna"), timeout=60).result(60)
+    assert isinstance(timeline, Timeline) and timeline.matched == ["Anna"]
+    assert any("Munich" in f.fact and f.said_at for f in timeline.facts)
     episodes = s.browse(P.BrowseParams(bank="b", what="episodes"), timeout=60).result(60)
     assert {type(r) for r in episodes} == {EpisodeRow} and {r.source for r in episodes} == {"t1", "t2"}
     facts = s.browse(P.BrowseParams(bank="b", what="facts"), timeout=60).result(60)
@@ -79,6 +82,16 @@ def test_errors_are_the_same_classes_in_process_and_through_a_worker(services, w
         s.stats(P.BankParams(bank="never-stored"), timeout=60).result(60)
     assert err.value.code == "unknown_bank" and err.value.origin == "UnknownBankError"
     assert "unknown bank" in str(err.value)
+
+
+@pytest.mark.parametrize("where", ["local", "remote"])
+def test_a_timeline_of_a_hostile_bank_or_no_entity_is_refused_clearly(services, where):
+    s = services[where]
+    for bad in ({"bank": "b", "entity": "   "}, {"bank": "b", "entity": "x" * 201},
+                {"bank": "a\x00b", "entity": "Anna"}):
+        with pytest.raises(Exception) as err:    # the params model refuses it before any call
+            s.timeline(P.TimelineParams(**bad), timeout=60).result(60)
+        assert "entity" in str(err.value) or "NUL" in str(err.value)
 
 
 def test_the_worker_answers_an_error_with_its_code(services):

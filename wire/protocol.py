@@ -69,11 +69,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
 from memoryplus.wire.records import (
     BankInfo, BankStats, BrowseRow, Credentials, ExportRecord, ForgetReport, Health, ImportReport,
-    IngestReport, Pong, SearchResult, SettingsApplied, ShutdownReport, Turn,
+    IngestReport, Pong, SearchResult, SettingsApplied, ShutdownReport, Timeline, Turn,
 )
 
 PROTOCOL_VERSION = 1
@@ -194,6 +194,30 @@ class ForgetParams(BankParams):
     ids: list[str] | None = None
     text: str | None = None
     confirm: bool = True
+
+
+MAX_ENTITY_CHARS = 200      # a name, not a text: longer is a mistake (or an attack)
+
+
+class TimelineParams(BankParams):
+    """What is known about one entity (a person, place or thing), with each fact's validity."""
+    entity: str = Field(min_length=1, max_length=MAX_ENTITY_CHARS)
+    limit: int = Field(50, ge=1, le=500)
+    as_of: datetime | None = None       # only what had begun by then (and was said by then)
+
+    @field_validator("bank")
+    @classmethod
+    def _bank_name(cls, v: str) -> str:
+        from memoryplus.wire.banks import check_name
+        return check_name(v)
+
+    @field_validator("entity")
+    @classmethod
+    def _entity(cls, v: str) -> str:
+        v = " ".join(v.split())
+        if not v:
+            raise ValueError("the entity is empty: name a person, place or thing")
+        return v
 
 
 class RateParams(BankParams):
@@ -351,6 +375,7 @@ OPS: dict[str, OpSpec] = dict([
     _op("clear", BankParams, "write", type(None), bank=True, exclusive=True),
     _op("reembed", BankParams, "write", int, bank=True, exclusive=True),
     _op("browse", BrowseParams, "read", list[BrowseRow], bank=True),
+    _op("timeline", TimelineParams, "read", Timeline, bank=True),
     _op("stats", BankParams, "read", BankStats, bank=True),
     _op("banks", NoParams, "read", list[BankInfo], all_banks=True),
     _op("export", BankParams, "read", list[ExportRecord], bank=True),

@@ -105,6 +105,23 @@ class SearchResult(Record):
         return self.invalid_at is None
 
 
+class TimelineFact(Record):
+    """One fact about an entity: since when it held, until when (None: still true), and
+    when it was said (the turn that first told it)."""
+    id: str
+    fact: str
+    valid_at: datetime | None = None
+    invalid_at: datetime | None = None
+    said_at: datetime | None = None
+
+
+class Timeline(Record):
+    """What is known about one entity, ordered by validity; replaced facts included."""
+    entity: str                                          # as asked
+    matched: list[str] = Field(default_factory=list)     # the entity names it resolved to
+    facts: list[TimelineFact] = Field(default_factory=list)
+
+
 class ForgetReport(Record):
     forgotten: list[str] = Field(default_factory=list)  # result ids removed
     episodes_removed: int = 0
