@@ -28,7 +28,9 @@ from memoryplus.common.isodates import parse_iso
 from memoryplus.common.redact import redact
 from memoryplus.wire import errors
 from memoryplus.wire.banks import BankNameError, check_name
-from memoryplus.wire.protocol import BankParams, ForgetParams, RememberParams, SearchParams
+from memoryplus.wire.protocol import (
+    MAX_ENTITY_CHARS, BankParams, ForgetParams, RememberParams, SearchParams, TimelineParams,
+)
 
 log = logging.getLogger("memoryplus.mcp")
 
@@ -73,10 +75,23 @@ def _text(value: Any, what: str, limit: int) -> str:
     return value
 
 
+def _when(value: Any, what: str):
+    """An optional ISO date or time argument."""
+    if value in (None, ""):
+        return None
+    try:
+        return parse_iso(_text(value, what, 64))
+    except (TypeError, ValueError):
+        raise ToolError(f"{what} is not an ISO date or time: {str(value)[:64]!r}") from None
+
+
+def _iso(value) -> str | None:
+    return value.isoformat() if value else None
+
+
 def _result(r) -> dict[str, Any]:
     return {"id": r.id, "kind": r.kind, "text": r.text, "name": r.name,
-            "valid_at": r.valid_at.isoformat() if r.valid_at else None,
-            "invalid_at": r.invalid_at.isoformat() if r.invalid_at else None,
+            "valid_at": _iso(r.valid_at), "invalid_at": _iso(r.invalid_at),
             "current": r.invalid_at is None, "score": round(r.score, 4)}
 
 
@@ -141,12 +156,7 @@ def build(service, *, default_bank: str | None, settings_now: Callable[[], Any],
         name, q = bank_of(bank), _text(query, "query", MAX_QUERY_CHARS)
         if not isinstance(limit, int) or not 1 <= limit <= MAX_RESULTS:
             raise ToolError(f"limit must be a whole number from 1 to {MAX_RESULTS}")
-        when = None
-        if as_of not in (None, ""):
-            try:
-                when = parse_iso(_text(as_of, "as_of", 64))
-            except (TypeError, ValueError):
-                raise ToolError(f"as_of is not an ISO date or time: {as_of[:64]!r}") from None
+        when = _when(as_of, "as_of")
         found = await _wait(service.search(SearchParams(bank=name, query=q, limit=limit, as_of=when),
                                            timeout=READ_S))
         return {"bank": name, "results": [_result(r) for r in found]}
@@ -189,6 +199,21 @@ def build(service, *, default_bank: str | None, settings_now: Callable[[], Any],
                                          timeout=WRITE_S))
         return {"bank": name, "forgotten": rep.forgotten, "episodes_removed": rep.episodes_removed,
                 "message": f"forgot {len(rep.forgotten)} memories and {rep.episodes_removed} stored turns"}
+
+    @mcp.tool()
+    async def timeline(entity: str, bank: str | None = None, limit: int = 50,
+                       as_of: str | None = None) -> dict[str, Any]:
+        """What is known about one person, place or thing, oldest first: each fact with when it
+        became true (valid_at), when it stopped being true (invalid_at; null: still true) and
+        when it was said. `as_of` (an ISO date) keeps only what had begun by then."""
+        name, who = bank_of(bank), _text(entity, "entity", MAX_ENTITY_CHARS)
+        if not isinstance(limit, int) or not 1 <= limit <= 500:
+            raise ToolError("limit must be a whole number from 1 to 500")
+        tl = await _wait(service.timeline(TimelineParams(bank=name, entity=who, limit=limit,
+                                                         as_of=_when(as_of, "as_of")), timeout=READ_S))
+        return {"bank": name, "entity": tl.entity, "matched": tl.matched, "facts": [
+            {"id": f.id, "fact": f.fact, "valid_at": _iso(f.valid_at), "invalid_at": _iso(f.invalid_at),
+             "said_at": _iso(f.said_at), "current": f.invalid_at is None} for f in tl.facts]}
 
     @mcp.tool()
     async def list_banks() -> dict[str, Any]:

@@ -54,7 +54,7 @@ def texts(answer: dict) -> str:
 def test_the_tools_remember_search_and_two_banks_never_cross(data_dir):
     with McpProcess(data_dir, "--bank", "work") as m:
         tools = {t.name for t in m.run(m.session.list_tools()).tools}
-        assert {"search", "remember", "forget", "list_banks", "stats"} <= tools
+        assert {"search", "remember", "forget", "timeline", "list_banks", "stats"} <= tools
         assert m.call("remember", {"text": "My manager Aurelia Brandt runs the Osaka office."})["stored"]
         assert m.call("remember", {"text": "My cat Pimpernel sleeps on the piano.", "bank": "home"})["stored"]
         assert "Aurelia" in texts(m.call("search", {"query": "Who runs the Osaka office?"}))
@@ -70,6 +70,19 @@ def test_the_tools_remember_search_and_two_banks_never_cross(data_dir):
         page = m.run(m.session.read_resource("memoryplus://bank/home")).contents[0].text
         assert json.loads(page)["name"] == "home"
     assert "Pimpernel" not in exported(data_dir, "work") and "Aurelia" not in exported(data_dir, "home")
+
+
+def test_the_timeline_gives_each_fact_its_validity(data_dir):
+    with McpProcess(data_dir, "--bank", "default") as m:
+        m.call("remember", {"text": "I live in Lisbon."})
+        m.call("remember", {"text": "I moved to Berlin last week."})
+        tl = m.call("timeline", {"entity": "me"})
+        facts = {f["fact"]: f for f in tl["facts"]}
+        assert "User" in tl["matched"]
+        assert facts["User lives in Lisbon"]["invalid_at"] is not None, "replaced, with its end"
+        assert facts["User lives in Berlin"]["current"] and facts["User lives in Berlin"]["invalid_at"] is None
+        assert "at most 200" in m.error("timeline", {"entity": "e" * 201})
+        assert m.call("timeline", {"entity": "Nobody Atall"})["facts"] == []
 
 
 def test_forget_asks_the_user_through_elicitation(data_dir):
