@@ -215,3 +215,23 @@ def test_http_needs_the_bearer_token_and_a_local_host_header(data_dir):
             proc.kill()
         err = proc.stderr.read()
     assert secret not in err, "the token never reaches a log"
+
+
+def test_the_add_on_route_runs_the_module_with_pygpts_python(tmp_path, data_dir):
+    """PyGPT's add-on route has no `memoryplus` command: PyGPT's Python runs the module from the
+    add-on folder (addons/plugins/memoryplus in PyGPT's user directory), as the README's
+    snippet says; the worker it starts finds the package there too."""
+    import shutil
+    root = Path(__file__).resolve().parents[1]
+    addon = tmp_path / "pygpt" / "addons" / "plugins" / "memoryplus"
+    shutil.copytree(root, addon, ignore=shutil.ignore_patterns(".*", "__pycache__", "tests", "docs", "scripts",
+                                                               "dist", "build", "*.egg-info"))
+    env = {"PYTHONPATH": str(addon.parent)}
+    with McpProcess(data_dir, "--bank", "default", module="memoryplus.mcp_server", env=env) as m:
+        assert m.call("remember", {"text": "My tailor Konstantin works near the harbour."})["stored"]
+        assert "Konstantin" in texts(m.call("search", {"query": "Where does my tailor work?"}))
+        worker = P.live_worker(data_dir)
+        assert worker is not None
+        environ = dict(v.split("=", 1) for v in Path(f"/proc/{worker.pid}/environ").read_bytes()
+                       .decode(errors="replace").split("\x00") if "=" in v)
+        assert environ["PYTHONPATH"].split(os.pathsep)[0] == str(addon.parent), "the worker runs the add-on's copy"
