@@ -145,3 +145,39 @@ def test_the_owner_killed_two_clients_share_one_new_worker(host, tmp_path):
             for name in ("Bartholomew", "Evander", "Philippa"):
                 assert name in block_of(prompt), (name, prompt)
             assert "Evander" in texts(second.call("search", {"query": "What does Evander collect?"}))
+
+
+def test_the_readmes_row_for_pygpts_own_mcp_plugin_works_through_its_own_parsing(tmp_path, monkeypatch):
+    """The README's row for PyGPT's MCP plugin, read by that plugin's own code (pygpt_net's
+    plugin/mcp/runtime.py: the stdio command line, the env JSON, the timeouts), reaches the
+    server; only the launcher's path is this checkout's interpreter here."""
+    import asyncio
+    import json
+    import sys
+    from pygpt_net.plugin.mcp.runtime import build_env, float_option, parse_stdio, tool_allowed
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("**PyGPT's own MCP plugin**", 1)[1]
+    row = json.loads(re.search(r"```json\n(.*?)```", section, re.S).group(1))
+    row["server_address"] = row["server_address"].replace("/home/you/memoryplus/.venv/bin/memoryplus",
+                                                          f"{sys.executable} -m memoryplus")
+    monkeypatch.setenv("PYGPT_WORKDIR", str(tmp_path / "pygpt"))       # the server's default data directory
+    banks_dir(tmp_path)
+    env = build_env(row)
+    assert env is not None and env["GRAPHITI_TELEMETRY_ENABLED"] == "false", "the env JSON parses"
+    command, args = parse_stdio(row["server_address"])
+    assert row["transport"] == "stdio" and float_option(row, "tool_timeout_sec", 60.0) == 120.0
+
+    async def session():
+        params = StdioServerParameters(command=command, args=args, env=env)
+        async with stdio_client(params) as (r, w):
+            async with ClientSession(r, w) as s:
+                await asyncio.wait_for(s.initialize(), float_option(row, "startup_timeout_sec", 15.0))
+                names = [t.name for t in (await s.list_tools()).tools]
+                await s.call_tool("remember", {"text": "My piano tuner Hieronymus comes on Thursdays."})
+                found = await s.call_tool("search", {"query": "When does the piano tuner come?"})
+                return names, found.structuredContent
+    names, found = asyncio.run(session())
+    assert all(tool_allowed(n, None, set(filter(None, row["disabled_commands"].split(",")))) for n in names)
+    assert "Hieronymus" in texts(found)
