@@ -9,9 +9,12 @@ import argparse
 import logging
 import os
 import sys
+import warnings
 from pathlib import Path
 
 os.environ.setdefault("GRAPHITI_TELEMETRY_ENABLED", "false")   # the worker it may start
+# The SDK's own pydantic-settings model warns at import; the MCP client would show it as an error.
+warnings.filterwarnings("ignore", message="Field 'lifespan' has an incomplete definition")
 
 from memoryplus.config.paths import data_dir, default_data_dir, load_settings  # noqa: E402
 

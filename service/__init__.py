@@ -29,6 +29,9 @@ def open_service(settings, data_dir: str | os.PathLike, credentials=None, *,
     join (this process is then its owner), and takes over when the owner exits."""
     if share:
         from memoryplus.client.worker_client import WorkerClient
+        if credentials is None:     # the worker it may start extracts with the keys of the environment
+            from memoryplus.engine.providers import credentials_from_env
+            credentials = credentials_from_env()
         # per-call processes would hold a bank's Kuzu lock each time: one shared worker instead
         mode = "auto" if settings.engine_mode == "auto" else "persistent"
         return RemoteMemoryService(WorkerClient(settings, data_dir, credentials, mode=mode, app=app).start())

@@ -235,3 +235,16 @@ def test_the_add_on_route_runs_the_module_with_pygpts_python(tmp_path, data_dir)
         environ = dict(v.split("=", 1) for v in Path(f"/proc/{worker.pid}/environ").read_bytes()
                        .decode(errors="replace").split("\x00") if "=" in v)
         assert environ["PYTHONPATH"].split(os.pathsep)[0] == str(addon.parent), "the worker runs the add-on's copy"
+
+
+def test_an_api_key_reaches_no_argv_environment_or_log(data_dir):
+    secret = "sk-test-mcp-9f8e7d6c5b4a39281706"
+    with McpProcess(data_dir, "--bank", "default", env={"OPENAI_API_KEY": secret}) as m:
+        m.call("remember", {"text": "My yoga class is on Mondays."})
+        worker = P.live_worker(data_dir)
+        for part in ("cmdline", "environ"):
+            assert secret not in Path(f"/proc/{worker.pid}/{part}").read_bytes().decode(errors="replace"), part
+        owner = worker.owner_pid
+        assert secret not in Path(f"/proc/{owner}/cmdline").read_bytes().decode(errors="replace")
+    logs = [p for p in data_dir.rglob("*.log")]
+    assert logs and not any(secret in p.read_text(errors="replace") for p in logs)
