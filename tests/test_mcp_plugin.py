@@ -70,6 +70,24 @@ def test_plugin_first_an_mcp_memory_is_in_the_next_turn_and_forget_that_removes_
         assert "Vienna" not in block_of(chat_turn(window, question, "?", ctx_id=3))
 
 
+def test_a_turn_forgotten_over_mcp_leaves_the_plugins_spool_and_is_not_stored_again(host):
+    window, plugin = host()
+    data_dir = plugin.banks_dir()
+    chat_turn(window, "My sister Ilse lives in Graz.", "Noted.", ctx_id=1)
+    assert plugin.queue.flush(timeout=120), plugin.queue.counts()
+    plugin.queue.pause("test: turns wait in the spool")
+    chat_turn(window, "My sister Ilse lives in Graz.", "Noted, Graz it is.", ctx_id=1)   # regenerated
+    assert "Graz it is" in plugin.queue.spool_path.read_text(encoding="utf-8")
+    with McpProcess(data_dir, "--bank", BANK) as m:
+        assert m.call("forget", {"query": "sister Ilse lives in Graz", "confirm": True})["episodes_removed"] >= 1
+        assert wait_until(lambda: "Graz it is" not in plugin.queue.spool_path.read_text(encoding="utf-8")), \
+            "the forgotten turn's pending version left the spool"
+        plugin.queue.resume()
+        assert plugin.queue.flush(timeout=120), plugin.queue.counts()
+        assert "Graz" not in texts(m.call("search", {"query": "Where does my sister Ilse live?"}))
+        assert "Graz" not in block_of(chat_turn(window, "Where does my sister Ilse live?", "?", ctx_id=2))
+
+
 def test_mcp_first_the_plugin_joins_and_an_mcp_forget_leaves_its_next_block(host, tmp_path):
     data_dir = banks_dir(tmp_path)
     with McpProcess(data_dir, "--bank", BANK) as m:
