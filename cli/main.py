@@ -175,6 +175,12 @@ def _parser() -> argparse.ArgumentParser:
                                       "arguments pass through)")
     c.add_argument("pygpt_args", nargs=argparse.REMAINDER, metavar="PYGPT_ARGS",
                    help="arguments for PyGPT itself, e.g. --workdir DIR")
+
+    c = sub.add_parser("mcp", help="serve the memory to MCP clients (stdio; --http for Streamable HTTP)",
+                       description="An MCP server over the same banks as PyGPT's plugin: it joins the "
+                                   "worker PyGPT runs, or starts the one PyGPT then joins.")
+    from memoryplus.mcp_server.main import add_arguments as mcp_arguments
+    mcp_arguments(c)
     return p
 
 
@@ -436,6 +442,9 @@ def _main(argv: list[str] | None) -> int:
         logging.getLogger("graphiti_core").setLevel(logging.CRITICAL)
     if args.command == "launch":
         return launch(args.pygpt_args)
+    if args.command == "mcp":
+        from memoryplus.mcp_server.main import run as run_mcp
+        return run_mcp(args, args.data_dir)
     if args.command == "doctor":
         from memoryplus.cli.doctor import run_doctor
         return run_doctor(args)

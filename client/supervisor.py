@@ -182,9 +182,31 @@ class Supervisor:
         if not self.percall.gate.acquire(None, lambda: self.s.closing):
             return None
         try:
-            return self._start_process()
+            ch = self._start_process()
         finally:
             self.percall.gate.release(None)
+        return self._unless_another_won(ch, mode)
+
+    def _unless_another_won(self, ch: Channel | None, mode: str) -> Channel | None:
+        """When an owner exits, each of its clients takes over and starts a worker; only one of
+        them takes worker.lock and listens (worker/listener.py). A worker that does not listen
+        would hold banks nobody else can reach (Kuzu's lock): it stops before its first request,
+        and this client joins the one that won."""
+        if ch is None or ch.info.get("socket"):
+            return ch
+        deadline = time.monotonic() + 5.0      # the winner writes worker.json just after its lock
+        while time.monotonic() < deadline and not self.s.closing:
+            info = P.live_worker(self.launcher.data_dir)
+            if info is not None and info.pid != ch.pid:
+                log.info("the worker of %s (pid %d) serves %s already; joining it", info.app, info.pid,
+                         self.launcher.data_dir)
+                self.shutdown_channel(ch, 0.0)
+                with self.s.lock:
+                    if self.s.ch is ch:
+                        self.s.ch = None
+                return self.discovery.other_worker(mode)
+            time.sleep(0.1)
+        return ch
 
     def _start_process(self) -> Channel | None:
         s = self.s

@@ -207,6 +207,10 @@ class Options:
                                   description=(
         "Delete memories stored more than this many days ago (counted from when they were stored, "
         "checked daily). 0 keeps memories forever."))
+    mcp_forget: bool = opt(True, tab="lifecycle", label="Allow Forgetting over MCP", issue=15, description=(
+        "Let MCP clients (`memoryplus mcp`) forget memories. The user confirms each forget where the "
+        "client can ask (MCP elicitation); where it cannot, the confirmation comes from the model. "
+        "Off: the forget tool refuses."))
 
     # ── Advanced ───────────────────────────────────────────────────────────────────────
     custom_sanitization_rules: str = opt("", tab="advanced", label="Custom Sanitization Rules", issue=4,

@@ -93,6 +93,7 @@ MUTATIONS: dict[str, list[tuple[str, str, str]]] = {
     # the four model tools share one read (each proof switches its own tool off)
     **{tool: [("plugin/tools.py", "return bool(getattr(self.settings, name))", "return bool({D})")]
        for tool in ("memory_search", "memory_timeline", "memory_remember", "memory_forget")},
+    "mcp_forget": [("mcp_server/tools.py", "if not settings_now().mcp_forget:", "if not {D}:")],
     "memory_expiry_days": [("engine/admin_ops.py", "days = self.pool.settings.memory_expiry_days", "days = {D}"),
                            ("plugin/status.py", "days = self.settings.memory_expiry_days", "days = {D}")],
     "custom_sanitization_rules": [("plugin/sanitize.py", "split_rules(settings.custom_sanitization_rules)",

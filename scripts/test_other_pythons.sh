@@ -24,6 +24,8 @@ NEEDS_PYGPT=(
   tests/test_defaults.py       # the common set-ups in PyGPT's host
   tests/test_defaults_e2e.py   # ... and in the real app
   tests/test_import_pygpt.py   # builds PyGPT's own history database
+  tests/test_mcp.py            # the MCP SDK comes with PyGPT's pins (requirements.txt)
+  tests/test_mcp_plugin.py     # the MCP server beside the plugin in PyGPT's host
   tests/test_plugin.py
   tests/test_reliability.py    # the plugin's retry and spool paths
   tests/test_sanitize.py       # compares with PyGPT's command parser

@@ -17,11 +17,24 @@ __all__ = ["MemoryService", "LocalMemoryService", "RemoteMemoryService", "open_s
 
 
 def open_service(settings, data_dir: str | os.PathLike, credentials=None, *,
-                 app: str = "the memoryplus command", connect_timeout: float = 5.0) -> MemoryService:
+                 app: str = "the memoryplus command", connect_timeout: float = 5.0,
+                 share: bool = False) -> MemoryService:
     """The running worker of `data_dir` (PyGPT's, found by its worker.json and reached by its
     socket) when there is one: it holds the banks' Kuzu locks, so nobody else can open them;
     the operations then run with that worker's settings and credentials, not `settings`.
-    Else the engine in this process, with `settings`."""
+    Else the engine in this process, with `settings`.
+
+    `share=True` (a long-running interface: the MCP server) never opens the banks in this
+    process: its client joins the running worker, or starts one that every other process can
+    join (this process is then its owner), and takes over when the owner exits."""
+    if share:
+        from memoryplus.client.worker_client import WorkerClient
+        if credentials is None:     # the worker it may start extracts with the keys of the environment
+            from memoryplus.engine.providers import credentials_from_env
+            credentials = credentials_from_env()
+        # per-call processes would hold a bank's Kuzu lock each time: one shared worker instead
+        mode = "auto" if settings.engine_mode == "auto" else "persistent"
+        return RemoteMemoryService(WorkerClient(settings, data_dir, credentials, mode=mode, app=app).start())
     from memoryplus.client.worker_client import connect_existing
     # our settings go in the hello: what differs from the governing ones is in status()["conflicts"]
     client = connect_existing(data_dir, timeout=connect_timeout, app=app, settings=settings)

@@ -34,7 +34,7 @@ RUN_TIMEOUT_S = 150          # one app run, killed after this (a test's whole bu
 STARTUP_MARGIN_S = 30        # of which PyGPT's start and exit; the driver's GUI script gets the rest
 # What an add-on carries: the package, not the venv, the tests or git.
 ADDON_ITEMS = ("__init__.py", "manifest.json", "addon.py", "config", "common", "wire", "client", "worker",
-               "engine", "service", "plugin", "ui", "cli",
+               "engine", "service", "plugin", "ui", "cli", "mcp_server",
                "testing")
 FIRST = "My dentist is Dr Okafor and I live in Lisbon."
 SECOND = "Who is my dentist?"

@@ -80,6 +80,13 @@ def test_ui_talks_only_to_the_service():
     assert found == []
 
 
+def test_the_mcp_server_talks_only_to_the_service():
+    """An interface like the CLI: no client, engine, worker or plugin of its own."""
+    assert offending("mcp_server", ("memoryplus.client", "memoryplus.engine", "memoryplus.worker",
+                                    "memoryplus.plugin", "memoryplus.ui", "memoryplus.cli",
+                                    "memoryplus.testing")) == []
+
+
 def test_only_demo_bench_and_chaos_use_the_test_doubles():
     assert [f"{path}:{line} imports {name}" for path in sources() if folder(path) != "testing"
             and not DOUBLES_USERS.fullmatch(path)
