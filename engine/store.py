@@ -90,11 +90,19 @@ class CountingMixin:
     fault_dir: Path | None = None     # Kuzu: the bank storage directory (the I/O fault hook)
     bank_name: str = ""
 
+    @property
+    def observers(self) -> list:
+        """Called with each query that ran, and its parameters (engine/graph_index.py)."""
+        return self.__dict__.setdefault("_observers", [])
+
     async def execute_query(self, cypher_query_, **kwargs):  # type: ignore[override]
         self.queries += 1
         if self.fault_dir is not None:
             store_write_fault(self.fault_dir, self.bank_name, cypher_query_)
-        return await super().execute_query(cypher_query_, **kwargs)  # type: ignore[misc]
+        result = await super().execute_query(cypher_query_, **kwargs)  # type: ignore[misc]
+        for observe in self.observers:
+            observe(cypher_query_, kwargs)
+        return result
 
 
 def open_kuzu(bank_dir: Path, bank_name: str, *, buffer_pool_mb: int, app: str) -> GraphDriver:
