@@ -294,8 +294,9 @@ class BankPool:
 
     async def maintain(self) -> bool:
         """Close Kuzu banks unused for `bank_idle_close_s` (a Kuzu database holds ~100 MB
-        however small; the bank reopens on its next use) and reopen those whose Kuzu memory
-        has grown, when nothing is using them. Returns whether any bank was closed. The
+        however small; the bank reopens on its next use), and those whose Kuzu memory has
+        grown or whose file outgrew their buffer pool (they reopen with a bigger one), when
+        nothing is using them. Returns whether any bank was closed. The
         worker calls this when idle."""
         closed = False
         idle_s = self.settings.bank_idle_close_s
@@ -306,7 +307,8 @@ class BankPool:
             if (bank.provider == GraphProvider.KUZU and bank.active == 0 and not bank.searching
                     and not bank.write_lock.locked() and not bank.unflushed
                     and (getattr(bank.driver, "queries", 0) > RECYCLE_AFTER_QUERIES
-                         or (idle_s and time.monotonic() - bank.used_at >= idle_s))):
+                         or (idle_s and time.monotonic() - bank.used_at >= idle_s)
+                         or store.outgrown(bank.driver, bank.dir, self.settings.kuzu_buffer_pool_mb))):
                 await self.close_bank(bank)
                 closed = True
         return closed

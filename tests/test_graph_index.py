@@ -143,3 +143,19 @@ async def test_banks_stay_open_when_idle_closing_is_off(make_engine):
     await eng.ingest(BANK, turns(5))
     await asyncio.sleep(0.1)
     assert not await eng.maintain() and BANK in eng.banks
+
+
+def test_a_big_bank_gets_a_buffer_pool_in_proportion(tmp_path):
+    from memoryplus.engine import store
+    (tmp_path / "graph.kuzu").write_bytes(b"")
+    assert store.pool_mb_for(tmp_path, 128) == 128          # a small bank: the setting
+    with open(tmp_path / "graph.kuzu", "wb") as f:          # a 1 GB file (sparse)
+        f.truncate(1024 * 1048576)
+    assert store.pool_mb_for(tmp_path, 128) == 64 + 768
+    assert store.pool_mb_for(tmp_path, 2048) == 2048         # a bigger setting wins
+
+    class Opened:
+        pool_mb = 128
+    assert store.outgrown(Opened(), tmp_path, 128)           # reopened (when idle) with more
+    Opened.pool_mb = 832
+    assert not store.outgrown(Opened(), tmp_path, 128)
