@@ -177,8 +177,9 @@ def phase_worker_start(settings: dict, data_dir: Path, out: dict) -> None:
 
 def phase_graphiti_search(settings: dict, banks_dir: Path, queries: list[str], out: dict) -> None:
     """graphiti's `search_` in this process, with the configuration and filter our engine
-    hands it, on the same bank, same queries."""
+    hands it, on the same bank, same queries, through our driver and vector index."""
     from memoryplus.config.schema import Settings
+    from memoryplus.engine import graph_index
     from memoryplus.engine.memory_engine import MemoryEngine
     from memoryplus.engine.search_ops import clean_query, search_config, search_filter
 
@@ -188,10 +189,9 @@ def phase_graphiti_search(settings: dict, banks_dir: Path, queries: list[str], o
             bank = await eng.pool.bank(BANK, create=False)
             cfg, flt = search_config(eng.settings.search_depth), search_filter(None)
 
-            async def one(q):
+            async def one(q):   # the same driver and vector index as ours (graph_index.py)
                 t = time.perf_counter()
-                await bank.graphiti.search_(clean_query(q), config=cfg, group_ids=[bank.slug],
-                                            search_filter=flt)
+                await graph_index.candidates(bank, clean_query(q), cfg, flt)
                 return (time.perf_counter() - t) * 1000
             for q in queries:
                 await one(q)
@@ -371,3 +371,82 @@ async def _baseline(a: dict) -> None:
             sys.stdin.readline()
         if over:
             break
+
+
+# ── scale (issue 16): memory at rest, several banks, graphiti's own search ──────────────
+def idle_rss(service, wait_s: float) -> float:
+    """The worker's RSS once idle: its banks closed (bank_idle_close_s) and freed memory
+    given back. Waits at most `wait_s`; polls by health (the worker is idle between polls)."""
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        h = service.health(timeout=60).result()
+        if not h.banks_open and h.memory_returned_mb:
+            break
+        time.sleep(3)
+    time.sleep(3)           # the round that closed them has given the memory back
+    return rss_of(service)
+
+
+def phase_three_banks(settings: dict, workdir: Path, turns, per_bank: int, queries, out: dict) -> None:
+    """A fresh worker with three banks of `per_bank` turns each, all open and searched: its RSS
+    (`worker_rss_mb_three_banks`)."""
+    from memoryplus.config.schema import Settings
+    from memoryplus.client.worker_client import WorkerClient
+    from memoryplus.service import RemoteMemoryService
+    service = RemoteMemoryService(WorkerClient(Settings(**settings), workdir / "three-banks", mode="persistent",
+                                               app="bench-banks").start())
+    try:
+        wait_ready(service)
+        names = ["work", "home", "travel"]
+        for name in names:
+            for start in range(0, per_bank, 100):
+                part = [make_turn(t, u, a, n) for n, (t, u, a) in
+                        enumerate(turns[start:min(per_bank, start + 100)], start)]
+                ingest(service, name, part, timeout=1800).result()
+        for _ in range(2):                  # all three in use: each searched, round after round
+            for name in names:
+                for q in queries[:5]:
+                    search(service, q, name)
+        h = service.health(timeout=60).result()
+        out["worker_rss_mb_three_banks"] = rss_of(service)
+        out["three_banks_open"] = float(len(h.banks_open))
+        out["three_banks_turns_each"] = float(per_bank)
+    finally:
+        service.close(timeout=60)
+
+
+def phase_stock_graphiti_search(banks_dir: Path, queries: list[str], out: dict) -> list[float]:
+    """Stock graphiti `search_` on the bench's bank: graphiti's own KuzuDriver (no prepared
+    statements, no vector index, its default pool), the configuration and filter our engine
+    hands it, in this process (`search_vs_graphiti_ratio`)."""
+    from graphiti_core import Graphiti
+    from graphiti_core.driver.kuzu_driver import KuzuDriver
+
+    from memoryplus.engine.bank_pool import NoLLM
+    from memoryplus.engine.embedders import LocalEmbedder
+    from memoryplus.engine.providers import OverlapReranker
+    from memoryplus.engine.search_ops import clean_query, search_config, search_filter
+    from memoryplus.wire.banks import BankDirectory, slug
+    from memoryplus.config.schema import Settings
+
+    async def run():
+        db = BankDirectory(banks_dir, "kuzu").path(BANK) / "graph.kuzu"
+        driver = KuzuDriver(db=str(db))
+        driver._database = ""               # graphiti 0.31.2 bug 1 (store.py)
+        g = Graphiti(graph_driver=driver, llm_client=NoLLM(), embedder=LocalEmbedder(),
+                     cross_encoder=OverlapReranker())
+        cfg, flt = search_config(Settings().search_depth), search_filter(None)
+        try:
+            async def one(q):
+                t = time.perf_counter()
+                await g.search_(clean_query(q), config=cfg, group_ids=[slug(BANK)], search_filter=flt)
+                return (time.perf_counter() - t) * 1000
+            for q in queries[:5]:
+                await one(q)
+            return [await one(q) for q in queries]
+        finally:
+            driver.client.close()
+            driver.db.close()
+    ms = asyncio.run(run())
+    out["stock_graphiti_search_ms_p50"] = pct(ms, 50)
+    return ms

@@ -118,9 +118,16 @@ class Options:
     kuzu_storage_path: str = opt("", tab="database", label="Kuzu Storage Path", description=(
         "Root directory of the Kuzu banks (one subdirectory per bank). Empty: a 'memoryplus' "
         "folder in PyGPT's user data directory, the same one the memoryplus command uses."))
-    kuzu_buffer_pool_mb: int = opt(256, tab="database", label="Kuzu Buffer Pool (MB)", ge=64,
+    kuzu_buffer_pool_mb: int = opt(128, tab="database", label="Kuzu Buffer Pool (MB)", ge=64,
                                    le=16384, advanced=True, description=(
-        "Memory Kuzu may cache per open bank. The bank is reopened before the pool fills."))
+        "Memory Kuzu may cache per open bank, at least: a bigger bank gets three quarters of "
+        "its file plus 64 MB (Kuzu needs that much to flush its log), and is reopened with "
+        "more when it outgrows its pool."))
+    bank_idle_close_s: int = opt(300, tab="database", label="Close Idle Banks After (s)", ge=0,
+                                 le=86400, advanced=True, issue=16, description=(
+        "A Kuzu bank nobody used for this long is closed, giving back its memory (about 100 MB "
+        "each, however small the bank); it reopens by itself on its next use, which then takes "
+        "up to a few seconds for a large bank. 0: banks stay open."))
 
     # ── Models and embeddings ──────────────────────────────────────────────────────────
     memory_mode: MemoryMode = opt("Chatbot", kind="combo", tab="models", label="Memory Mode",

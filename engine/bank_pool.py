@@ -26,7 +26,7 @@ from graphiti_core.llm_client import LLMClient
 
 from memoryplus.common import redact
 from memoryplus.config.schema import Settings
-from memoryplus.engine import store
+from memoryplus.engine import graph_index, store
 from memoryplus.engine.errors import EmbeddingMismatchError, UnknownBankError
 from memoryplus.engine.modes import ModeSpec, mode_spec
 from memoryplus.engine.providers import (
@@ -119,6 +119,8 @@ class Bank:
     unflushed: int = 0          # turns written since the last checkpoint (deferred flushes)
     turns: TurnIndex | None = None  # the stored turns as an index (built on the first search)
     turns_pending: list | None = None  # while it is built: the writes to apply to it after
+    graph_index: graph_index.GraphIndex | None = None  # Kuzu: the fact and entity vectors
+    used_at: float = field(default_factory=time.monotonic)  # when an operation last ended
 
     @property
     def provider(self) -> GraphProvider:
@@ -198,6 +200,7 @@ class BankPool:
         check_name(name)
         bank = self.banks.get(name)
         if bank is not None:
+            bank.used_at = time.monotonic()
             return bank
         async with self._open_lock:
             bank = self.banks.get(name)
@@ -257,7 +260,8 @@ class BankPool:
                             cross_encoder=OverlapReranker(), max_coroutines=4)
         bank = Bank(name=name, slug=slug(name), dir=bank_dir, manifest=manifest, driver=driver,
                     graphiti=graphiti, embedder=graphiti.embedder,
-                    usage=UsageBook(bank_dir / "usage.json"), llm_usage=usage)
+                    usage=UsageBook(bank_dir / "usage.json"), llm_usage=usage,
+                    graph_index=graph_index.attach(driver, slug(name)))
         if self.recover is not None:
             await self.recover(bank)
         return bank
@@ -289,19 +293,25 @@ class BankPool:
             self._neo4j = None
 
     async def maintain(self) -> bool:
-        """Reopen banks whose Kuzu memory has grown, when nothing is using them. Returns
-        whether anything was recycled. The worker calls this when idle."""
-        recycled = False
+        """Close Kuzu banks unused for `bank_idle_close_s` (a Kuzu database holds ~100 MB
+        however small; the bank reopens on its next use), and those whose Kuzu memory has
+        grown or whose file outgrew their buffer pool (they reopen with a bigger one), when
+        nothing is using them. Returns whether any bank was closed. The
+        worker calls this when idle."""
+        closed = False
+        idle_s = self.settings.bank_idle_close_s
         for bank in list(self.banks.values()):
             if bank.unflushed and bank.active == 0 and not bank.write_lock.locked():
                 async with bank.write_lock:
                     await self.checkpoint(bank)
-            if (bank.provider == GraphProvider.KUZU and bank.active == 0
-                    and not bank.write_lock.locked()
-                    and getattr(bank.driver, "queries", 0) > RECYCLE_AFTER_QUERIES):
+            if (bank.provider == GraphProvider.KUZU and bank.active == 0 and not bank.searching
+                    and not bank.write_lock.locked() and not bank.unflushed
+                    and (getattr(bank.driver, "queries", 0) > RECYCLE_AFTER_QUERIES
+                         or (idle_s and time.monotonic() - bank.used_at >= idle_s)
+                         or store.outgrown(bank.driver, bank.dir, self.settings.kuzu_buffer_pool_mb))):
                 await self.close_bank(bank)
-                recycled = True
-        return recycled
+                closed = True
+        return closed
 
     @staticmethod
     async def run(bank: Bank, coro):
@@ -311,6 +321,7 @@ class BankPool:
             return await coro
         finally:
             bank.active -= 1
+            bank.used_at = time.monotonic()
 
     # ── queries and the bank's caches ──────────────────────────────────────────────────
     async def query(self, bank: Bank, query_name: str, /, **params) -> list[dict]:

@@ -17,6 +17,7 @@ from graphiti_core.search.search_filters import ComparisonOperator, DateFilter, 
 
 from memoryplus.common.text import WORD
 from memoryplus.engine import extract as local_extract
+from memoryplus.engine import graph_index
 from memoryplus.engine.bank_pool import Bank, BankPool
 from memoryplus.engine.episodes import COMPLETE, EpisodeMeta, ts
 from memoryplus.engine.fusion import covering, fuse
@@ -136,8 +137,8 @@ class SearchOps:
                 date=as_utc(now), comparison_operator=ComparisonOperator.less_than_equal)]])
         else:
             flt = search_filter(as_of, now)
-        results = await bank.graphiti.search_(text, config=search_config(depth),
-                                              group_ids=[bank.slug], search_filter=flt)
+        # facts and entities; the turns are the turn index's (fuse takes them from there)
+        results = await graph_index.candidates(bank, text, search_config(depth), flt, episodes=False)
         turns, ended = await self._turn_hits(bank, turn_text or text, as_of or now, depth, past,
                                              related)
         # a question about the past ranks the replaced facts by the current ones: all of those

@@ -58,6 +58,7 @@ MUTATIONS: dict[str, list[tuple[str, str, str]]] = {
                              "buffer_pool_mb={D}"),
                             ("engine/admin_ops.py", "buffer_pool_mb=pool.settings.kuzu_buffer_pool_mb",
                              "buffer_pool_mb={D}")],
+    "bank_idle_close_s": [("engine/bank_pool.py", "idle_s = self.settings.bank_idle_close_s", "idle_s = {D}")],
     "memory_mode": [("engine/bank_pool.py", "mode_spec(s.memory_mode,", "mode_spec({D},")],
     "extraction_engine": [("engine/bank_pool.py", "e = self.settings.extraction_engine", "e = {D}")],
     "llm_provider": [("engine/providers.py", "provider = settings.llm_provider\n", "provider = {D}\n")],

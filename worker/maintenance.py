@@ -35,7 +35,8 @@ async def run(server) -> None:
         now = time.monotonic()
         if server._busy() or now - server.last_activity < server.limits.idle_s:
             continue
-        if server.last_activity > maintained_at or now - maintained_at > 60:
+        # every 10 s while idle: closing idle banks (bank_pool.maintain) is due then too
+        if server.last_activity > maintained_at or now - maintained_at > 10:
             maintained_at = now
             await server.gate.enter(True)
             try:

@@ -1,0 +1,334 @@
+"""The bank's fact and entity vectors in memory, for graphiti's cosine search without a scan.
+
+graphiti 0.31.2 scores every fact and entity embedding of a Kuzu bank on each search (its
+schema keeps them as FLOAT[], which Kuzu's HNSW index cannot take): the search grows with
+the bank. Here each open Kuzu bank keeps its vectors as one float32 matrix per kind (1 KB a
+vector with the 256-d local embedder: ~20 MB for a 20,000-turn bank), built on its first
+search and kept in step with every write by watching the driver's queries (store.py's
+CountingMixin hands each finished query to `observe`): graphiti's saves and ours carry
+`uuid` and the vector, deletions their uuids; a rollback, or a write of vectors in a form
+not read here, reloads it on the next search.
+
+The search itself stays graphiti's (`search_` with our driver, whose `search_interface`
+answers the two cosine searches and hands everything else to graphiti's own queries), so the
+results are the same SearchResults: the index picks the best-scoring uuids, and graphiti's
+filters (expired, valid_at …) and its MATCH run in Kuzu on those few, in score order, until
+`limit` rows pass. An entry the database no longer has is skipped, never returned, so the
+answer is the scan's whatever the index holds extra. Neo4j keeps graphiti's path (its own
+vector indexes).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from typing import Any
+
+import numpy as np
+from graphiti_core.driver.driver import GraphProvider
+from graphiti_core.driver.search_interface.search_interface import SearchInterface
+from graphiti_core.edges import get_entity_edge_from_record
+from graphiti_core.models.edges.edge_db_queries import get_entity_edge_return_query
+from graphiti_core.models.nodes.node_db_queries import get_entity_node_return_query
+from graphiti_core.nodes import get_entity_node_from_record
+from graphiti_core.search import search_utils
+from graphiti_core.search.search_config import SearchConfig, SearchResults
+from graphiti_core.search.search_filters import (
+    SearchFilters, edge_search_filter_query_constructor, node_search_filter_query_constructor,
+)
+from pydantic import PrivateAttr
+
+log = logging.getLogger("memoryplus.graph_index")
+
+_WRITE = re.compile(r"\b(CREATE|MERGE|SET|DELETE|DETACH|REMOVE|COPY)\b", re.I)
+_DELETE = re.compile(r"\b(DELETE|DETACH)\b", re.I)
+FIRST_FETCH = 20            # candidates read from the database at first (doubling while short)
+
+_LOAD = {
+    "facts": "MATCH (e:RelatesToNode_) WHERE e.group_id = $gid RETURN e.uuid AS uuid, e.fact_embedding AS v",
+    "entities": "MATCH (n:Entity) WHERE n.group_id = $gid RETURN n.uuid AS uuid, n.name_embedding AS v",
+}
+_UUIDS = {
+    "facts": "MATCH (e:RelatesToNode_) WHERE e.group_id = $gid RETURN e.uuid AS uuid",
+    "entities": "MATCH (n:Entity) WHERE n.group_id = $gid RETURN n.uuid AS uuid",
+}
+_VECTORS = {
+    "facts": "MATCH (e:RelatesToNode_) WHERE e.uuid IN $uuids RETURN e.uuid AS uuid, e.fact_embedding AS v",
+    "entities": "MATCH (n:Entity) WHERE n.uuid IN $uuids RETURN n.uuid AS uuid, n.name_embedding AS v",
+}
+
+
+class VectorSet:
+    """uuid → one row of a float32 matrix (rows of removed uuids are reused)."""
+
+    def __init__(self, dim: int = 0):
+        self.dim = dim
+        self.rows: dict[str, int] = {}
+        self.uuids: list[str | None] = []
+        self.mat = np.zeros((0, dim), np.float32)
+        self.norms = np.zeros(0, np.float32)     # 0: a free row
+        self.free: list[int] = []
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def put(self, uuid: str, vec) -> bool:
+        """Store a vector; False when its size is not the set's (the caller reloads)."""
+        if vec is None:
+            self.drop(uuid)
+            return True
+        v = np.asarray(vec, np.float32)
+        if not self.dim and not self.rows:
+            self.dim = len(v)
+            self.mat = np.zeros((0, self.dim), np.float32)
+        if v.ndim != 1 or len(v) != self.dim:
+            return False
+        row = self.rows.get(uuid)
+        if row is None:
+            if self.free:
+                row = self.free.pop()
+            else:
+                row = len(self.uuids)
+                if row >= len(self.mat):        # grow by half: amortized, little slack
+                    cap = max(64, row + row // 2)
+                    mat = np.zeros((cap, self.dim), np.float32)
+                    mat[:row] = self.mat[:row]
+                    norms = np.zeros(cap, np.float32)
+                    norms[:row] = self.norms[:row]
+                    self.mat, self.norms = mat, norms
+                self.uuids.append(None)
+            self.rows[uuid] = row
+            self.uuids[row] = uuid
+        self.mat[row] = v
+        self.norms[row] = float(np.linalg.norm(v))
+        if not self.norms[row]:            # a zero vector scores nothing in Kuzu either
+            self.drop(uuid)
+        return True
+
+    def drop(self, uuid: str) -> None:
+        row = self.rows.pop(uuid, None)
+        if row is not None:
+            self.uuids[row] = None
+            self.norms[row] = 0.0
+            self.free.append(row)
+
+    def ranked(self, query, min_score: float) -> list[str]:
+        """Every uuid whose cosine to `query` is above `min_score`, best first (Kuzu's
+        array_cosine_similarity, as graphiti's scan scores them)."""
+        n = len(self.uuids)
+        if not n or not self.rows:
+            return []
+        q = np.asarray(query, np.float32)
+        if len(q) != self.dim:
+            return []
+        qn = float(np.linalg.norm(q))
+        if not qn:
+            return []
+        norms = self.norms[:n]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            scores = (self.mat[:n] @ q) / (norms * qn)
+        scores[norms == 0] = -np.inf
+        hit = np.flatnonzero(scores > min_score)
+        order = hit[np.argsort(-scores[hit], kind="stable")]
+        return [self.uuids[i] for i in order]  # type: ignore[misc]
+
+
+class GraphIndex:
+    """One Kuzu bank's fact and entity vectors (see the module's docstring)."""
+
+    def __init__(self, driver, group_id: str):
+        self.driver, self.group_id = driver, group_id
+        self.sets: dict[str, VectorSet] | None = None     # None: not built (or to rebuild)
+        self.loading: list[tuple[str, dict]] | None = None  # writes seen while it is built
+        self.reconcile = False      # a deletion whose uuids are not known: re-list them
+        self._lock = asyncio.Lock()
+
+    # ── kept in step with the writes ───────────────────────────────────────────────────
+    def observe(self, query: str, params: dict) -> None:
+        """A query the driver ran (successfully): apply what it wrote."""
+        if self.loading is not None:
+            self.loading.append((query, params))
+        elif self.sets is not None:
+            self._apply(query, params)
+
+    def _apply(self, query: str, params: dict) -> None:
+        sets = self.sets
+        if sets is None:
+            return
+        text = str(query or "")
+        if text.strip().upper().startswith("ROLLBACK"):
+            self.sets = None            # what the transaction wrote is undone: reload
+            return
+        if not _WRITE.search(text):
+            return
+        for kind, column in (("facts", "fact_embedding"), ("entities", "name_embedding")):
+            if not re.search(rf"\.{column}\s*=", text):
+                continue
+            key = column if column in params else "embedding"
+            uuid = params.get("uuid")
+            if not isinstance(uuid, str) or key not in params or not sets[kind].put(uuid, params[key]):
+                self.sets = None        # a write of vectors in another form: reload
+                return
+        if _DELETE.search(text):
+            gone = [params["uuid"]] if isinstance(params.get("uuid"), str) else []
+            gone += [u for u in params.get("uuids") or [] if isinstance(u, str)]
+            for u in gone:
+                sets["facts"].drop(u)
+                sets["entities"].drop(u)
+            if not gone:
+                self.reconcile = True
+
+    # ── building ───────────────────────────────────────────────────────────────────────
+    async def ready(self) -> dict[str, VectorSet]:
+        """The sets, built (or brought up to date) first if need be."""
+        async with self._lock:      # the edge and node searches of one search_ run together
+            if self.sets is None:
+                await self._load()
+            elif self.reconcile:
+                await self._reconcile()
+            assert self.sets is not None
+            return self.sets
+
+    async def _rows(self, query: str, **params) -> list[dict]:
+        records, _, _ = await self.driver.execute_query(query, **params)
+        return list(records or [])
+
+    async def _load(self) -> None:
+        self.loading, self.reconcile = [], False
+        try:
+            sets = {}
+            for kind, query in _LOAD.items():
+                vs = VectorSet()
+                for r in await self._rows(query, gid=self.group_id):
+                    if r["v"] is not None and not vs.put(r["uuid"], r["v"]):
+                        log.warning("%s %s: a vector of another size, left out", kind, r["uuid"])
+                sets[kind] = vs
+            self.sets = sets
+            for query, params in self.loading:
+                self._apply(query, params)
+        finally:
+            self.loading = None
+
+    async def _reconcile(self) -> None:
+        self.reconcile = False
+        assert self.sets is not None
+        for kind, query in _UUIDS.items():
+            vs = self.sets[kind]
+            there = {r["uuid"] for r in await self._rows(query, gid=self.group_id)}
+            for u in [u for u in vs.rows if u not in there]:
+                vs.drop(u)
+            new = [u for u in there if u not in vs.rows]
+            if new:
+                for r in await self._rows(_VECTORS[kind], uuids=new):
+                    vs.put(r["uuid"], r["v"])
+
+    # ── the two cosine searches, as graphiti's ─────────────────────────────────────────
+    async def edges(self, vector, search_filter: SearchFilters, group_ids, limit: int,
+                    min_score: float) -> list:
+        ranked = (await self.ready())["facts"].ranked(vector, min_score)
+        filters, params = edge_search_filter_query_constructor(search_filter, GraphProvider.KUZU)
+        if group_ids is not None:
+            filters.append("e.group_id IN $group_ids")
+            params["group_ids"] = group_ids
+        # graphiti's own MATCH, on the chosen facts (measured faster than matching them first)
+        query = ("MATCH (n:Entity)-[:RELATES_TO]->(e:RelatesToNode_)-[:RELATES_TO]->(m:Entity) "
+                 "WHERE e.uuid IN $uuids" + "".join(f" AND ({f})" for f in filters) +
+                 " RETURN DISTINCT " + get_entity_edge_return_query(GraphProvider.KUZU))
+        rows = await self._in_order(ranked, query, params, limit)
+        return [get_entity_edge_from_record(r, GraphProvider.KUZU) for r in rows]
+
+    async def nodes(self, vector, search_filter: SearchFilters, group_ids, limit: int,
+                    min_score: float) -> list:
+        ranked = (await self.ready())["entities"].ranked(vector, min_score)
+        filters, params = node_search_filter_query_constructor(search_filter, GraphProvider.KUZU)
+        if group_ids is not None:
+            filters.append("n.group_id IN $group_ids")
+            params["group_ids"] = group_ids
+        query = ("MATCH (n:Entity) WHERE n.uuid IN $uuids" +
+                 "".join(f" AND ({f})" for f in filters) +
+                 " RETURN " + get_entity_node_return_query(GraphProvider.KUZU))
+        rows = await self._in_order(ranked, query, params, limit)
+        return [get_entity_node_from_record(r, GraphProvider.KUZU) for r in rows]
+
+    async def _in_order(self, ranked: list[str], query: str, params: dict, limit: int) -> list[dict]:
+        """The rows of the best `limit` uuids that pass the query's filters, best first:
+        read in chunks down the ranking until `limit` rows are in."""
+        out: list[dict] = []
+        seen: set[str] = set()
+        start, size = 0, max(FIRST_FETCH, 2 * limit)
+        while start < len(ranked) and len(out) < limit:
+            chunk = ranked[start:start + size]
+            by_uuid = {}
+            for r in await self._rows(query, uuids=chunk, **params):
+                by_uuid.setdefault(r["uuid"], r)
+            for u in chunk:
+                if u in by_uuid and u not in seen:
+                    seen.add(u)
+                    out.append(by_uuid[u])
+            start += len(chunk)
+            size *= 2
+        return out[:limit]
+
+
+class _Interface(SearchInterface):
+    """graphiti's search seam: the cosine searches from the index, the rest graphiti's own
+    (called with the bank's driver, which has no search interface)."""
+    _index: GraphIndex = PrivateAttr()
+
+    def __init__(self, index: GraphIndex):
+        super().__init__()
+        self._index = index
+
+    async def edge_fulltext_search(self, driver, query, search_filter, group_ids=None, limit=100):
+        return await search_utils.edge_fulltext_search(driver.inner, query, search_filter, group_ids, limit)
+
+    async def node_fulltext_search(self, driver, query, search_filter, group_ids=None, limit=100):
+        return await search_utils.node_fulltext_search(driver.inner, query, search_filter, group_ids, limit)
+
+    async def episode_fulltext_search(self, driver, query, search_filter, group_ids=None, limit=100):
+        return await search_utils.episode_fulltext_search(driver.inner, query, search_filter, group_ids, limit)
+
+    async def edge_similarity_search(self, driver, search_vector, source_node_uuid, target_node_uuid,
+                                     search_filter, group_ids=None, limit=100, min_score=0.7):
+        if source_node_uuid is not None or target_node_uuid is not None:
+            return await search_utils.edge_similarity_search(
+                driver.inner, search_vector, source_node_uuid, target_node_uuid, search_filter,
+                group_ids, limit, min_score)
+        return await self._index.edges(search_vector, search_filter, group_ids, limit, min_score)
+
+    async def node_similarity_search(self, driver, search_vector, search_filter, group_ids=None,
+                                     limit=100, min_score=0.7):
+        return await self._index.nodes(search_vector, search_filter, group_ids, limit, min_score)
+
+
+class IndexedDriver:
+    """The bank's driver as graphiti's search sees it: the same, with our search interface."""
+
+    def __init__(self, inner, index: GraphIndex):
+        self.inner = inner
+        self.search_interface = _Interface(index)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def attach(driver, group_id: str) -> GraphIndex | None:
+    """A Kuzu bank's index, watching its driver's writes from now on; None for Neo4j."""
+    if driver.provider != GraphProvider.KUZU:
+        return None
+    index = GraphIndex(driver, group_id)
+    driver.observers.append(index.observe)
+    index.search_driver = IndexedDriver(driver, index)  # type: ignore[attr-defined]
+    return index
+
+
+async def candidates(bank, text: str, config: SearchConfig, search_filter: SearchFilters, *,
+                     episodes: bool = True) -> SearchResults:
+    """graphiti's `search_` on the bank, its cosine searches answered by the bank's index;
+    without its episode search when `episodes` is False (the caller has the turns already)."""
+    index = getattr(bank, "graph_index", None)
+    driver = index.search_driver if index is not None else None
+    if not episodes:
+        config = config.model_copy(update={"episode_config": None})
+    return await bank.graphiti.search_(text, config=config, group_ids=[bank.slug],
+                                       search_filter=search_filter, driver=driver)

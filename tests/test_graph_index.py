@@ -1,0 +1,161 @@
+"""The fact and entity vectors in memory (engine/graph_index.py) on real Kuzu banks: the
+search they answer is graphiti's scan, before and after every kind of write; idle banks
+close and reopen with nothing lost."""
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timedelta, timezone
+
+import numpy as np
+import pytest
+
+from memoryplus.cli.bench import load_data
+from memoryplus.engine import graph_index
+from memoryplus.engine.search_ops import clean_query, search_config, search_filter
+from memoryplus.wire.records import Turn
+
+T0 = datetime(2025, 1, 1, 12, tzinfo=timezone.utc)
+BANK = "default"
+
+
+def turns(n: int, start: int = 0) -> list[Turn]:
+    data, _ = load_data(start + n)
+    return [Turn(id=t, user=u, assistant=a, time=T0 + timedelta(minutes=10 * i))
+            for i, (t, u, a) in enumerate(data[start:start + n], start)]
+
+
+QUERIES = ["Where does my sister live?", "What is my job?", "Who is my dentist?",
+           "What did I say about the trip?", "Which languages do I speak?", "my boss",
+           "What pet do I have?", "Where do I live now?"]
+
+
+async def assert_same_as_scan(bank, flt=None):
+    """Our candidates are graphiti's own scan, result for result, score for score."""
+    cfg, flt = search_config(10), flt or search_filter(None)
+    compared = 0
+    for q in QUERIES:
+        q = clean_query(q)
+        theirs = await bank.graphiti.search_(q, config=cfg, group_ids=[bank.slug], search_filter=flt)
+        ours = await graph_index.candidates(bank, q, cfg, flt)
+        assert [e.uuid for e in ours.edges] == [e.uuid for e in theirs.edges], q
+        assert [n.uuid for n in ours.nodes] == [n.uuid for n in theirs.nodes], q
+        assert [e.uuid for e in ours.episodes] == [e.uuid for e in theirs.episodes], q
+        assert ours.edge_reranker_scores == pytest.approx(theirs.edge_reranker_scores), q
+        compared += len(theirs.edges) + len(theirs.nodes)
+    assert compared > 20, "the queries must find something, or the comparison proves nothing"
+
+
+async def assert_index_is_the_database(bank):
+    """Every fact and entity vector of the bank is in the index, and nothing else."""
+    sets = await bank.graph_index.ready()
+    for kind, query in graph_index._LOAD.items():
+        rows, _, _ = await bank.driver.execute_query(query, gid=bank.slug)
+        db = {r["uuid"]: r["v"] for r in rows if r["v"] is not None}
+        vs = sets[kind]
+        assert set(vs.rows) == set(db), kind
+        for u, v in db.items():
+            assert np.allclose(vs.mat[vs.rows[u]], v, atol=1e-6), (kind, u)
+
+
+async def test_the_index_returns_what_graphitis_scan_returns(engine):
+    await engine.ingest(BANK, turns(120))
+    bank = engine.banks[BANK]
+    await assert_same_as_scan(bank)
+    assert len(bank.graph_index.sets["facts"]) > 50 and len(bank.graph_index.sets["entities"]) > 20
+    # the past too (no filter on expiry), and a point in time
+    from graphiti_core.search.search_filters import SearchFilters
+    await assert_same_as_scan(bank, SearchFilters())
+    await assert_same_as_scan(bank, search_filter(T0 + timedelta(hours=5)))
+
+
+async def test_the_index_stays_in_step_with_every_write(engine):
+    await engine.ingest(BANK, turns(60))
+    bank = engine.banks[BANK]
+    await engine.search(BANK, "Where do I live?")           # the index is built
+    assert bank.graph_index.sets is not None
+    # ingest, and a later turn that supersedes a fact
+    await engine.ingest(BANK, turns(40, 60) + [
+        Turn(id="move", user="I moved, I live in Lisbon now", assistant="Noted.", time=T0 + timedelta(days=30))])
+    await assert_index_is_the_database(bank)
+    await assert_same_as_scan(bank)
+    # an explicit memory, a rating, forgetting a turn and memories by text
+    await engine.remember(BANK, "My dentist is Dr. Okafor in Leeds")
+    facts = [r for r in await engine.search(BANK, "my dentist") if r.kind == "fact"]
+    await engine.rate(BANK, facts[0].id, 1)
+    await engine.forget(BANK, last=True)
+    await engine.forget(BANK, ids=["move"])
+    await assert_index_is_the_database(bank)
+    await assert_same_as_scan(bank)
+    # re-embedding writes through our own query: a changed vector is the index's at once
+    rows, _, _ = await bank.driver.execute_query(graph_index._LOAD["facts"], gid=bank.slug)
+    u, v = rows[0]["uuid"], np.asarray(rows[0]["v"], np.float32)
+    await engine.pool.query(bank, "set_fact_embedding", uuid=u, embedding=list(map(float, v[::-1])))
+    assert np.allclose(bank.graph_index.sets["facts"].mat[bank.graph_index.sets["facts"].rows[u]], v[::-1])
+    await assert_index_is_the_database(bank)
+    # pruning and expiry delete by their own queries
+    await engine.prune(BANK, 6)
+    await engine.expire(BANK, 1)      # stored just now: nothing is older than a day
+    await assert_index_is_the_database(bank)
+    await assert_same_as_scan(bank)
+    # an export imported into a new bank: that bank's index holds all of it
+    records = await engine.export(BANK)
+    await engine.clear(BANK)
+    assert BANK not in engine.banks
+    await engine.import_("copy", [{**r} for r in records])
+    await engine.search("copy", "Where do I live?")
+    await assert_index_is_the_database(engine.banks["copy"])
+
+
+async def test_a_rolled_back_write_is_not_kept(engine):
+    await engine.ingest(BANK, turns(30))
+    bank = engine.banks[BANK]
+    await engine.search(BANK, "Where do I live?")
+    before = {k: set(v.rows) for k, v in bank.graph_index.sets.items()}
+    with pytest.raises(RuntimeError, match="abandon"):
+        async with engine.pool.all_or_nothing(bank):
+            rows, _, _ = await bank.driver.execute_query(graph_index._LOAD["facts"], gid=bank.slug)
+            await bank.driver.execute_query("MATCH (e:RelatesToNode_) WHERE e.uuid = $uuid "
+                                            "SET e.fact_embedding = $fact_embedding",
+                                            uuid=rows[0]["uuid"], fact_embedding=[0.5] * len(rows[0]["v"]))
+            raise RuntimeError("abandon")
+    await assert_index_is_the_database(bank)
+    assert {k: set(v.rows) for k, v in bank.graph_index.sets.items()} == before
+
+
+@pytest.mark.option("bank_idle_close_s")
+async def test_idle_banks_close_and_reopen_with_nothing_lost(make_engine):
+    eng = make_engine(bank_idle_close_s=1)
+    await eng.ingest(BANK, turns(40))
+    before = [(r.id, r.text) for r in await eng.search(BANK, "Where does my sister live?")]
+    stats = await eng.stats(BANK)
+    assert before and not await eng.maintain()            # just used: it stays open
+    await asyncio.sleep(1.2)
+    assert await eng.maintain() and BANK not in eng.banks  # idle: closed, its lock released
+    assert not (eng.dir.path(BANK) / "owner.json").exists()
+    assert [(r.id, r.text) for r in await eng.search(BANK, "Where does my sister live?")] == before
+    assert (await eng.stats(BANK)).episodes == stats.episodes
+    await eng.ingest(BANK, turns(5, 40))                  # and it takes writes again
+    assert (await eng.stats(BANK)).episodes == stats.episodes + 5
+
+
+async def test_banks_stay_open_when_idle_closing_is_off(make_engine):
+    eng = make_engine(bank_idle_close_s=0)
+    await eng.ingest(BANK, turns(5))
+    await asyncio.sleep(0.1)
+    assert not await eng.maintain() and BANK in eng.banks
+
+
+def test_a_big_bank_gets_a_buffer_pool_in_proportion(tmp_path):
+    from memoryplus.engine import store
+    (tmp_path / "graph.kuzu").write_bytes(b"")
+    assert store.pool_mb_for(tmp_path, 128) == 128          # a small bank: the setting
+    with open(tmp_path / "graph.kuzu", "wb") as f:          # a 1 GB file (sparse)
+        f.truncate(1024 * 1048576)
+    assert store.pool_mb_for(tmp_path, 128) == 64 + 768
+    assert store.pool_mb_for(tmp_path, 2048) == 2048         # a bigger setting wins
+
+    class Opened:
+        pool_mb = 128
+    assert store.outgrown(Opened(), tmp_path, 128)           # reopened (when idle) with more
+    Opened.pool_mb = 832
+    assert not store.outgrown(Opened(), tmp_path, 128)
