@@ -138,6 +138,31 @@ async def test_idle_banks_close_and_reopen_with_nothing_lost(make_engine):
     assert (await eng.stats(BANK)).episodes == stats.episodes + 5
 
 
+
+async def test_a_bank_reopened_after_an_idle_close_answers_without_embedding_its_turns_again(make_engine):
+    """The first turn after a pause must not wait while every stored turn is embedded again
+    (seconds on a big bank: past the injection's wait, so that turn would go without memories);
+    a bank written while it was closed is read anew."""
+    eng = make_engine(bank_idle_close_s=1)
+    await eng.ingest(BANK, turns(40))
+    before = [(r.id, r.text) for r in await eng.search(BANK, "Where does my sister live?")]
+    index = eng.banks[BANK].turns
+    await asyncio.sleep(1.2)
+    assert await eng.maintain() and BANK not in eng.banks
+    assert [(r.id, r.text) for r in await eng.search(BANK, "Where does my sister live?")] == before
+    assert eng.banks[BANK].turns is index                  # the same index, not a rebuilt one
+    await eng.ingest(BANK, turns(3, 40))                   # kept in step after the reopening
+    assert len(eng.banks[BANK].turns) == len(index) == 43
+
+    await asyncio.sleep(1.2)
+    assert await eng.maintain()
+    with open(eng.dir.path(BANK) / "graph.kuzu", "ab") as f:   # the file changed meanwhile
+        f.write(b"")
+    import os
+    os.utime(eng.dir.path(BANK) / "graph.kuzu", ns=(1, 1))
+    await eng.search(BANK, "Where does my sister live?")
+    assert eng.banks[BANK].turns is not index and len(eng.banks[BANK].turns) == 43
+
 async def test_banks_stay_open_when_idle_closing_is_off(make_engine):
     eng = make_engine(bank_idle_close_s=0)
     await eng.ingest(BANK, turns(5))
