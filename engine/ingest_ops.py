@@ -167,8 +167,9 @@ class IngestOps:
 
     async def _extract_llm(self, bank: Bank, episode: EpisodicNode) -> tuple[list[str], list[str]]:
         spec = self.pool.spec()
-        previous = await bank.graphiti.retrieve_episodes(episode.valid_at, last_n=llm_combined.PREVIOUS_TURNS,
-                                                         group_ids=[bank.slug])
+        previous = await bank.graphiti.retrieve_episodes(episode.valid_at, last_n=llm_combined.PREVIOUS_TURNS + 1,
+                                                         group_ids=[bank.slug])   # + 1: this turn, pending
+        previous = [p for p in previous if p.uuid != episode.uuid][-llm_combined.PREVIOUS_TURNS:]
         llm_savings.install()     # graphiti's per-fact dating call, skipped when a rule knows
         llm_combined.install()    # entities and facts in one call (graphiti's combined prompt)
         token = llm_savings.active.set(True)   # for this call only (context variables)
@@ -180,7 +181,7 @@ class IngestOps:
                 name=episode.name, episode_body=episode.content,
                 source_description=episode.source_description, reference_time=episode.valid_at,
                 source=EpisodeType.message, group_id=bank.slug, uuid=episode.uuid,
-                previous_episode_uuids=[p.uuid for p in previous if p.uuid != episode.uuid],
+                previous_episode_uuids=[p.uuid for p in previous],
                 entity_types=spec.entity_types, edge_types=spec.edge_types or None,
                 edge_type_map=spec.edge_type_map or None,
                 custom_extraction_instructions=spec.instructions or None)
