@@ -39,6 +39,10 @@ DATES_PROMPT = "extract_edges.extract_timestamps_batch"
 # graphiti's combined (bulk) route shows the model this many earlier turns; its two-call
 # add_episode shows ten. The combined prompt uses them only to resolve references.
 PREVIOUS_TURNS = EPISODE_WINDOW_LEN
+# The modes map every fact type from (Entity, Entity) too, so that graphiti's resolution keeps a
+# typed fact whose endpoint the model left untyped (modes.py); the prompt shows the typed
+# signatures only (one line less per fact type, read on every turn).
+ANY = ("Entity", "Entity")
 
 
 @dataclass
@@ -72,9 +76,10 @@ def install() -> None:
         if state is None:
             return await nodes_step(clients, episode, previous_episodes, entity_types,
                                     excluded_entity_types, custom_extraction_instructions)
+        shown = {sig: names for sig, names in (state.edge_type_map or {}).items() if sig != ANY}
         nodes, state.edges, index_map = await combined_extraction.extract_nodes_and_edges(
             clients, episode, previous_episodes[-PREVIOUS_TURNS:], entity_types=entity_types,
-            excluded_entity_types=excluded_entity_types, edge_type_map=state.edge_type_map,
+            excluded_entity_types=excluded_entity_types, edge_type_map=shown or state.edge_type_map,
             edge_types=state.edge_types, custom_extraction_instructions=custom_extraction_instructions)
         _keep_unlinked(state, nodes, index_map, entity_types, excluded_entity_types,
                        episode.group_id)
