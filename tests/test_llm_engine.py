@@ -210,3 +210,15 @@ async def test_a_fact_without_any_time_in_it_is_dated_without_an_llm_call(make_e
     await eng.ingest("p", [Turn(id="2", user="My brother Tom has lived in Oslo since 2019.",
                                 time=T0 + timedelta(days=1))])
     assert llm.calls["BatchEdgeTimestamps"] >= 1, "a time expression still goes to the LLM"
+
+
+async def test_a_second_niece_replaces_nobody_a_second_dentist_does(make_engine, llm):
+    """Supersession as a model judges it: a person has several nieces but one dentist."""
+    eng = make_engine(**llm_settings(llm))
+    said = ["My niece Ravi lives in Osaka.", "My dentist is Ingrid.",
+            "My niece Aisha works at Copperleaf Games.", "My dentist is Tomasz."]
+    for n, text in enumerate(said):
+        await eng.ingest("p", [Turn(id=str(n), user=text, time=T0 + timedelta(days=n))])
+    current = [f["text"] for f in await eng.browse("p", "facts") if f["current"]]
+    assert any("Ravi" in f for f in current) and any("Aisha" in f for f in current), current
+    assert any("Tomasz" in f for f in current) and not any("Ingrid" in f for f in current), current
