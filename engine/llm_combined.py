@@ -53,7 +53,7 @@ class Combined:
     episode_text: str
     raw: dict[str, Any] | None = None        # the model's combined answer, as parsed
     edges: list = field(default_factory=list)
-    dated: set[str] = field(default_factory=set)   # facts whose dates are settled here
+    dated: set[str] = field(default_factory=set)   # texts of the facts whose dates are settled here
 
 
 active: contextvars.ContextVar[Combined | None] = contextvars.ContextVar(
@@ -147,7 +147,7 @@ async def _dates(state: Combined, ask, llm_client, prompt_name, legacy_prompt, c
         got = iter(list((result or {}).get("timestamps") or []))
         answers = [a if a is not None else next(got, {"valid_at": None, "invalid_at": None})
                    for a in answers]
-    by_fact = {f.get("fact") for f in facts}
-    # settled: add_episode's per-fact dating call is not made for these again
-    state.dated.update(e.uuid for e in state.edges if e.fact in by_fact)
+    # settled, whatever the answer: add_episode's per-fact dating call is not made for these
+    # again (the edges are not known yet: graphiti dates them before it returns them)
+    state.dated.update(str(f.get("fact", "")) for f in facts)
     return {"timestamps": answers}

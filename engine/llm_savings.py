@@ -48,7 +48,7 @@ def install() -> None:
     async def dated_by_rule_or_llm(llm_client, edge, episode, **kwargs):
         from memoryplus.engine import llm_combined
         combined = llm_combined.active.get()
-        if combined is not None and edge.uuid in combined.dated:
+        if combined is not None and edge.fact in combined.dated:
             return          # the combined route's batch call (or its rule) dated this fact
         reference = edge.reference_time or (episode.valid_at if episode is not None else None)
         if (active.get() and edge.valid_at is None and edge.invalid_at is None and reference is not None
