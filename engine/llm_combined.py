@@ -19,7 +19,9 @@ two-call route would not store, nor less:
 """
 from __future__ import annotations
 
+import contextlib
 import contextvars
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +34,7 @@ from graphiti_core.utils.maintenance.graph_data_operations import EPISODE_WINDOW
 from graphiti_core.utils.maintenance.node_operations import (
     _build_entity_types_context, _filter_entity_types_context)
 
+from memoryplus.engine import llm_savings
 from memoryplus.engine.llm_savings import is_timeless
 
 COMBINED_PROMPT = "extract_nodes_and_edges.extract_message"
@@ -59,6 +62,21 @@ class Combined:
 active: contextvars.ContextVar[Combined | None] = contextvars.ContextVar(
     "memoryplus_combined_extraction", default=None)
 _installed = False
+
+
+@contextlib.contextmanager
+def scope(edge_types: dict | None, edge_type_map: dict | None, episode_text: str) -> Iterator[Combined]:
+    """The combined route (and the dating by rule) for the `add_episode` call inside."""
+    install()
+    llm_savings.install()
+    state = Combined(edge_types=edge_types, edge_type_map=edge_type_map, episode_text=episode_text)
+    tokens = (active.set(state), llm_savings.active.set(True), llm_savings.settled.set(state.dated))
+    try:
+        yield state
+    finally:
+        llm_savings.settled.reset(tokens[2])
+        llm_savings.active.reset(tokens[1])
+        active.reset(tokens[0])
 
 
 def install() -> None:
