@@ -221,6 +221,9 @@ def phase_llm(server, workdir: Path, turns, n_first: int, n_busy: int, n_idle: i
         out["llm_calls_per_turn"] = calls / n_first
         out["llm_input_tokens_per_turn"] = toks / n_first
         out["llm_turns_stored"] = len(rep.stored)
+        from memoryplus.wire.protocol import BankParams     # what those calls stored, per turn
+        st = service.stats(BankParams(bank="llm")).result()
+        out["llm_facts_per_turn"], out["llm_entities_per_turn"] = st.facts / n_first, st.entities / n_first
         out["llm_turns_skipped"] = len(rep.skipped)
         qs = (queries * (1 + n_idle // max(1, len(queries))))[:n_idle]
         idle = [timed_search(service, q, "llm") for q in qs]
@@ -265,7 +268,7 @@ def phase_graphiti_baseline(server, workdir: Path, turns, n_same: int, chunk: in
                              "_baseline_main()", str(argfile)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             env=env, text=True)
     c0, tok0 = sum(server.calls.values()), server.input_tokens
-    points, calls_same, done = [], None, 0
+    points, calls_same, stored_same, done = [], None, None, 0
     try:
         for line in proc.stdout:
             try:
@@ -275,6 +278,7 @@ def phase_graphiti_baseline(server, workdir: Path, turns, n_same: int, chunk: in
             done = msg["turn"]
             if msg.get("paused"):      # turn n_same returned; the next has not started
                 calls_same = (sum(server.calls.values()) - c0, server.input_tokens - tok0)
+                stored_same = msg.get("stored")
                 proc.stdin.write("go\n")
                 proc.stdin.flush()
             if "rss_mb" in msg:
@@ -291,6 +295,9 @@ def phase_graphiti_baseline(server, workdir: Path, turns, n_same: int, chunk: in
     if buffer_pool_mb is None:
         out["graphiti_llm_calls_per_turn"] = calls_same[0] / n_same
         out["graphiti_llm_input_tokens_per_turn"] = calls_same[1] / n_same
+        if stored_same:
+            out["graphiti_facts_per_turn"] = stored_same["facts"] / n_same
+            out["graphiti_entities_per_turn"] = stored_same["entities"] / n_same
     out[f"{prefix}_rss_mb_end"] = points[-1][1] if points else float("nan")
     out[f"{prefix}_rss_growth_mb_per_100_turns"] = slope_per_100(points[1:])
     growth[prefix] = points
@@ -366,6 +373,9 @@ async def _baseline(a: dict) -> None:
             msg["rss_mb"] = rss()
         if n == a.get("pause_after"):
             msg["paused"] = True     # the parent counts this many turns' LLM calls, then says go
+            msg["stored"] = {k: (await driver.execute_query(q))[0][0]["n"] for k, q in (
+                ("facts", "MATCH (r:RelatesToNode_) RETURN count(r) AS n"),
+                ("entities", "MATCH (n:Entity) RETURN count(n) AS n"))}
         print(json.dumps(msg), flush=True)
         if msg.get("paused"):
             sys.stdin.readline()

@@ -26,11 +26,12 @@ from memoryplus.wire.records import Turn, as_utc
 from memoryplus.common.wording import plural
 
 # Measured with the scripted LLM (tests/test_import_pygpt.py::test_llm_estimate_prompt_and_yes,
-# graphiti 0.31, Chatbot mode, two turns into a new bank): 4.0 LLM calls per stored turn
-# (graphiti's extraction and dedupe prompts) of about 1,600 input tokens each (characters / 4).
-# Prompts grow with what a bank already holds, so real imports into big banks cost somewhat more.
-LLM_CALLS_PER_TURN = 4
-LLM_INPUT_TOKENS_PER_CALL = 1600
+# graphiti 0.31, Chatbot mode, two turns into a new bank): 2.5 LLM calls per stored turn
+# (graphiti's combined extraction, fact dedupe and summaries, engine/llm_combined.py) of about
+# 1,450 input tokens each (characters / 4), rounded up. Prompts grow with what a bank already
+# holds, so real imports into big banks cost somewhat more.
+LLM_CALLS_PER_TURN = 3
+LLM_INPUT_TOKENS_PER_CALL = 1500
 
 _FLAGS = ("internal", "sub_call", "stopped", "turn_continuation", "agent_call")
 

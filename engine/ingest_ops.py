@@ -10,7 +10,7 @@ from graphiti_core.nodes import EpisodeType, EpisodicNode
 
 from memoryplus.common.text import PROMPT_TOKEN
 from memoryplus.engine import insights as insight_rules
-from memoryplus.engine import llm_savings
+from memoryplus.engine import llm_combined
 from memoryplus.engine import extract as local_extract
 from memoryplus.engine.bank_pool import Bank, BankPool
 from memoryplus.engine.episodes import COMPLETE, PENDING, PENDING_PREFIX, TAG_LABELS, EpisodeMeta, content_hash, ts
@@ -167,21 +167,20 @@ class IngestOps:
 
     async def _extract_llm(self, bank: Bank, episode: EpisodicNode) -> tuple[list[str], list[str]]:
         spec = self.pool.spec()
-        previous = await bank.graphiti.retrieve_episodes(episode.valid_at, last_n=10,
-                                                         group_ids=[bank.slug])
-        llm_savings.install()     # graphiti's per-fact dating call, skipped when a rule knows
-        token = llm_savings.active.set(True)   # for this call only (context variables)
-        try:
+        previous = await bank.graphiti.retrieve_episodes(episode.valid_at, last_n=llm_combined.PREVIOUS_TURNS + 1,
+                                                         group_ids=[bank.slug])   # + 1: this turn, pending
+        previous = [p for p in previous if p.uuid != episode.uuid][-llm_combined.PREVIOUS_TURNS:]
+        # entities and facts in one call (graphiti's combined prompt), dates by rule where a
+        # rule knows: for this call only (context variables)
+        with llm_combined.scope(spec.edge_types or None, spec.edge_type_map or None, episode.content):
             result = await bank.graphiti.add_episode(
                 name=episode.name, episode_body=episode.content,
                 source_description=episode.source_description, reference_time=episode.valid_at,
                 source=EpisodeType.message, group_id=bank.slug, uuid=episode.uuid,
-                previous_episode_uuids=[p.uuid for p in previous if p.uuid != episode.uuid],
+                previous_episode_uuids=[p.uuid for p in previous],
                 entity_types=spec.entity_types, edge_types=spec.edge_types or None,
                 edge_type_map=spec.edge_type_map or None,
                 custom_extraction_instructions=spec.instructions or None)
-        finally:
-            llm_savings.active.reset(token)
         bank.entities = None
         tags = [f"{label.lower()}:{n.name.lower()}" for n in result.nodes for label in TAG_LABELS
                 if label in n.labels]

@@ -31,6 +31,9 @@ _installed = False
 # Only our engine's extraction is changed: graphiti used directly in the same process (the
 # bench's stock baseline, tests of graphiti itself) keeps its own behaviour.
 active: contextvars.ContextVar[bool] = contextvars.ContextVar("memoryplus_llm_savings", default=False)
+# Texts of the facts already dated in this call (by llm_combined's batch dating).
+settled: contextvars.ContextVar[set[str] | None] = contextvars.ContextVar("memoryplus_settled_dates",
+                                                                          default=None)
 
 
 def is_timeless(text: str) -> bool:
@@ -46,6 +49,9 @@ def install() -> None:
     original = edge_operations._extract_edge_timestamps
 
     async def dated_by_rule_or_llm(llm_client, edge, episode, **kwargs):
+        done = settled.get()
+        if done is not None and edge.fact in done:
+            return          # the combined route's batch call (or its rule) dated this fact
         reference = edge.reference_time or (episode.valid_at if episode is not None else None)
         if (active.get() and edge.valid_at is None and edge.invalid_at is None and reference is not None
                 and is_timeless(edge.fact) and is_timeless(getattr(episode, "content", ""))):

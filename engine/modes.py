@@ -207,17 +207,15 @@ _EMOTION_LEVEL = {
 
 def _emotion_doc(sensitivity: str) -> str:
     return (
-        "An emotion a speaker (usually User) expresses in the current message, named by one "
-        "lowercase adjective, preferably one of: " + ", ".join(EMOTION_NAMES) + ". "
+        "The speaker's own emotion in the current message, as one lowercase adjective, "
+        "preferably one of: " + ", ".join(EMOTION_NAMES) + ". "
         + _EMOTION_LEVEL[sensitivity]
-        + " The emotion is the speaker's own, not one merely mentioned or the assistant's "
-        "politeness, and never inferred from a plain question.")
+        + " Never the assistant's politeness, nor read into a plain question.")
 
 
 _TOPIC_DOC = (
-    "A subject area the current message is actually about, as a short lowercase label of one "
-    "to three words, e.g. " + ", ".join(TOPIC_NAMES[:14]) + ". At most three per message; a "
-    "word used in passing is not a topic.")
+    "What the current message is mainly about, as a lowercase label of one to three words, e.g. "
+    + ", ".join(TOPIC_NAMES[:8]) + "; at most three; not a word used in passing.")
 
 # ── Edge types: name -> docstring ─────────────────────────────────────────────────────────
 
@@ -461,18 +459,15 @@ def _tagging_instructions(emotions: bool, topics: bool) -> str:
     """What the type descriptions cannot say: that graphiti's own rules against feelings and
     abstract concepts do not apply to the tags, and that tags get no facts. How to name them,
     and the emotion sensitivity, are in the Emotion and Topic descriptions: this text goes
-    into both extraction prompts of every turn, so it says nothing twice."""
-    parts = []
-    if emotions:
-        parts.append("Also extract Emotion entities, the speaker's own emotions in this message "
-                     "(an exception to the rule against extracting feelings).")
-    if topics:
-        parts.append("Also extract up to three Topic entities, what this message is about (an "
-                     "exception to the rule against abstract concepts).")
-    if parts:
-        kinds = " or ".join(k for k, on in (("Emotion", emotions), ("Topic", topics)) if on)
-        parts.append(f"Create no facts for {kinds} tags: the message's link to them is the tag.")
-    return " ".join(parts)
+    into the extraction prompt of every turn, so it says nothing twice."""
+    kinds = [k for k, on in (("Emotion", emotions), ("Topic", topics)) if on]
+    if not kinds:
+        return ""
+    what = {"Emotion": "Emotion entities (the speaker's own emotions, though feelings are otherwise "
+                       "not entities)",
+            "Topic": "up to three Topic entities (what the message is about)"}
+    return (f"Also extract {' and '.join(what[k] for k in kinds)}, with no facts for them: the "
+            "message's link to a tag is the tag.")
 
 
 def mode_spec(mode: str, custom_prompt: str = "", *, emotion_tagging: bool | None = None,

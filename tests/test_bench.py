@@ -11,7 +11,11 @@ KEYS = ["gui_ms_per_turn_p99", "inject_ms_p50", "inject_ms_p95", "cache_hit_ms_p
         "search_overhead_ratio", "search_during_ingest_ratio", "local_ingest_turns_per_s",
         "llm_calls_per_turn", "llm_input_tokens_per_turn", "llm_calls_ratio_vs_graphiti",
         "worker_rss_mb", "rss_growth_ratio_vs_graphiti", "persistent_vs_subprocess_speedup",
-        "plugin_load_ms", "recall_at_10", "recall_at_10_keyword_baseline"]
+        "plugin_load_ms", "recall_at_10", "recall_at_10_keyword_baseline",
+        # issue 16, LLM: the token ratio, and what both paths stored per turn
+        "llm_input_tokens_ratio_vs_graphiti", "llm_facts_per_turn", "llm_entities_per_turn",
+        "graphiti_facts_per_turn", "graphiti_entities_per_turn", "llm_facts_ratio_vs_graphiti",
+        "llm_entities_ratio_vs_graphiti"]
 
 
 def test_smoke_bench_writes_every_key_as_a_number(tmp_path):

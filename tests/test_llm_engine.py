@@ -63,8 +63,10 @@ async def test_each_mode_changes_what_graphiti_extracts(make_engine, llm, tmp_pa
         seen[mode] = prompts
         labels[mode] = {lab for e in await eng.browse("bank", "entities") for lab in e["labels"]} - {"Entity"}
         await eng.close()
-    assert "Preference" in seen["Identity"] and "Preference" not in seen["Productivity"]
-    assert "Project" in seen["Productivity"] and "Deadline" in seen["Productivity"]
+    def typed(name):      # an entity type the prompt offers (graphiti's own text names others)
+        return f"'entity_type_name': '{name}'"
+    assert typed("Preference") in seen["Identity"] and typed("Preference") not in seen["Productivity"]
+    assert typed("Project") in seen["Productivity"] and typed("Deadline") in seen["Productivity"]
     assert "Only extract beverages and doctors." in seen["CustomPrompt"]
     assert labels["Identity"] != labels["Productivity"], labels
     assert all(labels.values()), "typed entities reach the graph"
@@ -201,9 +203,22 @@ async def test_a_fact_without_any_time_in_it_is_dated_without_an_llm_call(make_e
     by rule (valid from the turn), which is the answer graphiti's own prompt asks for."""
     eng = make_engine(**llm_settings(llm))
     await eng.ingest("p", [Turn(id="1", user="My sister Anna works at Siemens.", assistant="Nice.", time=T0)])
-    assert llm.calls["EdgeTimestamps"] == 0 and llm.calls["ExtractedEdges"] == 1
+    assert llm.calls["EdgeTimestamps"] + llm.calls["BatchEdgeTimestamps"] == 0
+    assert llm.calls["CombinedExtraction"] == 1
     facts = [r for r in await eng.search("p", "Where does Anna work?") if r.kind == "fact"]
     assert any("Siemens" in r.text and r.valid_at == T0 and r.invalid_at is None for r in facts), facts
     await eng.ingest("p", [Turn(id="2", user="My brother Tom has lived in Oslo since 2019.",
                                 time=T0 + timedelta(days=1))])
-    assert llm.calls["EdgeTimestamps"] >= 1, "a time expression still goes to the LLM"
+    assert llm.calls["BatchEdgeTimestamps"] >= 1, "a time expression still goes to the LLM"
+
+
+async def test_a_second_niece_replaces_nobody_a_second_dentist_does(make_engine, llm):
+    """Supersession as a model judges it: a person has several nieces but one dentist."""
+    eng = make_engine(**llm_settings(llm))
+    said = ["My niece Ravi lives in Osaka.", "My dentist is Ingrid.",
+            "My niece Aisha works at Copperleaf Games.", "My dentist is Tomasz."]
+    for n, text in enumerate(said):
+        await eng.ingest("p", [Turn(id=str(n), user=text, time=T0 + timedelta(days=n))])
+    current = [f["text"] for f in await eng.browse("p", "facts") if f["current"]]
+    assert any("Ravi" in f for f in current) and any("Aisha" in f for f in current), current
+    assert any("Tomasz" in f for f in current) and not any("Ingrid" in f for f in current), current

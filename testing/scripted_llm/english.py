@@ -64,6 +64,14 @@ _MULTI_VALUED_HEADS = frozenset(
      'CALLED', 'CALLS', 'ASKED', 'ASKS', 'WENT_TO', 'TALKED_TO'}
 )
 
+# HAS_<role> holds one person for most roles (a new dentist replaces the old one), but a
+# person has several of these at once: a new niece replaces nobody.
+_PLURAL_ROLES = frozenset(
+    {'SISTER', 'BROTHER', 'SIBLING', 'COUSIN', 'NIECE', 'NEPHEW', 'AUNT', 'UNCLE', 'FRIEND',
+     'COLLEAGUE', 'COWORKER', 'CHILD', 'KID', 'SON', 'DAUGHTER', 'GRANDCHILD', 'GRANDSON',
+     'GRANDDAUGHTER', 'NEIGHBOUR', 'NEIGHBOR', 'CLIENT', 'STUDENT', 'TEAMMATE', 'ROOMMATE',
+     'PET', 'DOG', 'CAT'})
+
 _PLACE_CUES = frozenset({'in', 'from', 'to', 'near', 'into', 'visit', 'visited', 'visiting', 'around', 'across'})
 _ORG_SUFFIXES = frozenset({'inc', 'corp', 'corporation', 'ltd', 'gmbh', 'llc', 'ag', 'co', 'university',
                            'bank', 'company', 'group', 'labs', 'institute', 'college', 'school', 'hospital'})

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from memoryplus.testing.scripted_llm.english import (
     _CLAUSE_BREAK_RE, _CONNECTORS, _COPULA, _FILLER, _FP_POSSESSIVE, _MULTI_VALUED_HEADS, _ORG_SUFFIXES,
+    _PLURAL_ROLES,
     _PLACE_CUES, _SKIP_INITIAL, _TEMPORAL_WORDS, _TITLES, _ALWAYS_SKIP, _expand_contractions, _split_camel,
     _third_person, _to_snake, rewrite_first_person)
 from memoryplus.testing.scripted_llm.prompts import _parse_literal, _section
@@ -394,7 +395,9 @@ def _is_multi_valued(relation: str) -> bool:
     if relation in _MULTI_VALUED_HEADS:
         return True
     head = relation.split('_')[0]
-    return head != 'HAS' and head in _MULTI_VALUED_HEADS
+    if head == 'HAS':
+        return relation[4:] in _PLURAL_ROLES      # HAS_SISTER yes, HAS_DENTIST no
+    return head in _MULTI_VALUED_HEADS
 
 
 # --------------------------------------------------------------------------------------
