@@ -102,6 +102,8 @@ async def main(args) -> None:
                     "session_of": {t.id: t.session for t in q.turns},
                     "user_tokens": {t.id: tokens(t.user) for t in q.turns},
                     "turn_tokens": {t.id: tokens(f"User: {t.user}\nAssistant: {t.assistant}") for t in q.turns}}
+            # an open Kuzu database reserves 8 TB of address space: ~15 open at once exhaust it
+            await engine.pool.close_bank(await engine.pool.bank(name, create=False))
             out.write(json.dumps(rec) + "\n")
             out.flush()
             if not q.abstention:
