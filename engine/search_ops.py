@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any, Sequence
 
 from graphiti_core.nodes import EpisodeType, EpisodicNode
@@ -140,7 +140,7 @@ class SearchOps:
         # facts and entities; the turns are the turn index's (fuse takes them from there)
         results = await graph_index.candidates(bank, text, search_config(depth), flt, episodes=False)
         turns, ended = await self._turn_hits(bank, turn_text or text, as_of or now, depth, past,
-                                             related)
+                                             related, as_of or (now - NOW_SLACK if now else None))
         # a question about the past ranks the replaced facts by the current ones: all of those
         out = await fuse(self.pool, bank, results, as_of or now, None if past else limit, turns, ended)
         if past:
@@ -169,7 +169,7 @@ class SearchOps:
         return bank.turns
 
     async def _turn_hits(self, bank: Bank, text: str, until: datetime | None, depth: int,
-                         past: bool = False, related: Sequence[str] = (),
+                         past: bool = False, related: Sequence[str] = (), ref: datetime | None = None,
                          ) -> tuple[list[tuple[Any, float]], dict[str, datetime]]:
         """The turn index's best `depth` turns as (episode, score), standing in for graphiti's
         keyword-only turn search, scored by rank as graphiti's RRF scores its single list
@@ -178,12 +178,19 @@ class SearchOps:
         Also, by episode uuid, when a turn stopped being true: every fact drawn from it was
         replaced ("I live in Berlin" after "I live in Lisbon now"). Such a turn is no answer
         to a question about now: it follows the turns still true (not for a question about
-        the past, where it is the answer), and its result says when it ended."""
+        the past, where it is the answer), and its result says when it ended.
+
+        `ref`: the time "two weeks ago" counts back from (the conversation's now; the
+        machine's when none is given)."""
         index = await self.turn_index(bank)
         if not len(index):
             return [], {}
         vec = await bank.embedder.create(text)
-        hits = index.search(text, vec, depth, as_utc(until) if until else None, related)
+        back = local_extract.days_ago(text)
+        pointed = None if back is None else (
+            as_utc(ref or datetime.now(timezone.utc)) - timedelta(days=back), back)
+        hits = index.search(text, vec, depth, as_utc(until) if until else None, related,
+                            to_assistant=local_extract.asks_about_assistant(text), pointed=pointed)
         rows = await self.pool.episodes(bank, [u for u, _ in hits])
         hits = [u for u, _ in hits if u in rows]
         edges = list({e for u in hits for e in rows[u]["entity_edges"] or []})

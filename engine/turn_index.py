@@ -4,7 +4,11 @@ user message, and the cosine of the embedder between the query and the user mess
 Measured on LongMemEval's dev split (issue 18, docs/PERFORMANCE.md): the user's own words
 are where the answer to "what did I say about …" lives, and keywords find the names and
 rare words the embedder blurs. The three signals are standardised over the bank's turns and
-summed with weights chosen by cross-validation (WEIGHTS).
+summed with weights chosen by cross-validation (WEIGHTS; ASSISTANT_WEIGHTS when the query asks
+what the assistant said). Two more terms come from the turns' times: a turn dated when the
+query points to ("four weeks ago") gains DATE_WEIGHT, and every turn gains a share of the best
+turn of its conversation (turns less than CONVERSATION_GAP apart): the turn before or after
+a strong one often holds the detail asked for.
 
 Kept in memory only, built from the bank on its first search and kept in step with every
 write and removal: it holds no text (token counts and vectors), and nothing of it is saved,
@@ -25,6 +29,15 @@ from memoryplus.common.text import keyword_tokens as tokens
 
 # bm25 over the whole turn, bm25 over the user message, cosine to the user message
 WEIGHTS = (1.0, 0.5, 3.0)        # scripts/recall_weights.py: 5-fold CV on the dev split
+# "the restaurant you recommended": the user's message is the question, the answer is in the
+# assistant's reply, which only the whole turn's keywords see
+ASSISTANT_WEIGHTS = (1.0, 0.0, 0.0)
+# a turn dated where the query points ("four weeks ago"): a bell over the turns' dates, its
+# width a quarter of how far back (at least a day): "a week ago" is not to the hour
+DATE_WEIGHT, DATE_SPREAD = 4.0, 0.25
+# each turn gains this share of the best score in its conversation (turns of one sitting)
+CONVERSATION_WEIGHT = 0.2
+CONVERSATION_GAP = 3600.0       # seconds between two turns that start a new conversation
 # A turn is a candidate at all only when it shares a word with the query or its user message
 # is this close to it (the relevance floor: a bank where nothing matches returns no turn)
 COSINE_FLOOR = 0.35
@@ -101,6 +114,7 @@ class TurnIndex:
     slot: dict[str, int] = field(default_factory=dict)
     _vectors: list[np.ndarray] = field(default_factory=list)
     _matrix: np.ndarray | None = None
+    _conversations: np.ndarray | None = None
 
     def __post_init__(self):
         self.turn = _Field()
@@ -122,7 +136,7 @@ class TurnIndex:
         v = np.asarray(user_vector if user_vector is not None else np.zeros(self.dim), dtype=np.float32)
         self.dim = len(v)                   # the embedder's, whatever the index was made with
         self._vectors.append(v)
-        self._matrix = None
+        self._matrix = self._conversations = None
 
     def remove(self, uuids) -> None:
         for u in uuids:
@@ -133,7 +147,7 @@ class TurnIndex:
             self.turn.remove(i)
             self.user.remove(i)
             self._vectors[i] = np.zeros_like(self._vectors[i])
-        self._matrix = None
+        self._matrix = self._conversations = None
 
     def signals(self, query: str, query_vector, until: datetime | None = None,
                 related: Iterable[str] = ()) -> tuple[list[np.ndarray], np.ndarray]:
@@ -152,10 +166,30 @@ class TurnIndex:
                 for f in (self.turn, self.user)]
         return bm25 + [self._matrix @ np.asarray(query_vector, dtype=np.float32)], live
 
+    def conversations(self) -> np.ndarray:
+        """Per slot, the number of its conversation: turns by time, a new one after a gap of
+        more than CONVERSATION_GAP (a removed slot keeps its time: it is never live)."""
+        if self._conversations is None:
+            t = np.asarray(self.times, dtype=np.float64)
+            order = np.argsort(t, kind="stable")
+            starts = np.concatenate([[0], (np.diff(t[order]) > CONVERSATION_GAP).astype(np.int64)])
+            conv = np.empty(len(t), dtype=np.int64)
+            conv[order] = np.cumsum(starts)
+            self._conversations = conv
+        return self._conversations
+
+    def near(self, when: datetime, days: float) -> np.ndarray:
+        """Per slot, 1 for a turn dated `when`, falling off over DATE_SPREAD × `days`."""
+        spread = max(1.0, DATE_SPREAD * days) * 86400.0
+        t = np.asarray(self.times, dtype=np.float64)
+        return np.exp(-0.5 * ((t - when.timestamp()) / spread) ** 2)
+
     @staticmethod
-    def fuse(signals: list[np.ndarray], live: np.ndarray, weights=WEIGHTS) -> np.ndarray:
-        """The signals standardised over the live turns and summed with `weights`; -inf for
-        turns that are not live or below the relevance floor."""
+    def fuse(signals: list[np.ndarray], live: np.ndarray, weights=WEIGHTS,
+             near: np.ndarray | None = None, conversations: np.ndarray | None = None) -> np.ndarray:
+        """The signals standardised over the live turns and summed with `weights`, plus
+        DATE_WEIGHT × `near` and the conversation's share; -inf for turns that are not live
+        or below the relevance floor."""
         total = np.zeros(len(live))
         for w, s in zip(weights, signals):
             x = s[live]
@@ -163,17 +197,28 @@ class TurnIndex:
             if sd > 0:
                 total[live] += w * (x - x.mean()) / sd
         total += 1e-6 * signals[2]          # a bank of one turn has no spread: cosine decides
+        if near is not None:
+            total += DATE_WEIGHT * near
+        if conversations is not None and live.any():
+            best = np.full(int(conversations.max()) + 1, -np.inf)
+            np.maximum.at(best, conversations[live], total[live])
+            total[live] += CONVERSATION_WEIGHT * best[conversations[live]]
         total[~(live & ((signals[0] > 0) | (signals[2] >= COSINE_FLOOR)))] = -np.inf
         return total
 
     def search(self, query: str, query_vector, limit: int, until: datetime | None = None,
-               related: Iterable[str] = ()) -> list[tuple[str, float]]:
+               related: Iterable[str] = (), *, to_assistant: bool = False,
+               pointed: tuple[datetime, float] | None = None) -> list[tuple[str, float]]:
         """The best `limit` turns (episode uuid, fused score), best first; only turns dated up
         to `until` when given, and only those above the relevance floor. A score is a sum of
-        standardised signals (how far the turn stands out from the bank's turns)."""
+        standardised signals (how far the turn stands out from the bank's turns).
+        `to_assistant`: the query asks what the assistant said (ASSISTANT_WEIGHTS);
+        `pointed`: (when, days back) of a time the query points to ("two weeks ago")."""
         if not self.slot or not limit:
             return []
-        total = self.fuse(*self.signals(query, query_vector, until, related))
+        signals, live = self.signals(query, query_vector, until, related)
+        total = self.fuse(signals, live, ASSISTANT_WEIGHTS if to_assistant else WEIGHTS,
+                          self.near(*pointed) if pointed else None, self.conversations())
         k = min(limit, int(np.isfinite(total).sum()))
         if not k:
             return []

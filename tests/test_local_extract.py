@@ -694,3 +694,17 @@ def test_family_words_stand_for_each_other_and_narrower_ones_only_for_the_wider(
     assert "daughter" not in family_words("my son") and "child" in family_words("my son")
     assert "managers" in family_words("my bosses")
     assert family_words("Where do I live?") == []
+
+
+def test_a_query_pointing_back_in_time_or_to_the_assistants_words_is_read():
+    from memoryplus.engine.extract import asks_about_assistant, days_ago
+    assert days_ago("What did I buy two weeks ago?") == 14
+    assert days_ago("Who did I meet 3 days ago at the fair?") == 3
+    assert days_ago("What was I reading last month?") == 30.4
+    assert days_ago("Where did I go yesterday?") == 1
+    assert days_ago("Where do I go hiking?") is None
+    assert days_ago("I'm planning ahead for next week") is None
+    assert asks_about_assistant("Can you remind me of the book you recommended?")
+    assert asks_about_assistant("In our previous chat, what did you say about tea?")
+    assert not asks_about_assistant("Which book did my sister recommend?")
+    assert not asks_about_assistant("Do you think I should go?")

@@ -187,3 +187,34 @@ async def test_a_diet_asked_by_another_name_finds_the_current_one(engine):
     assert any(r.kind == "fact" and r.text == "User's diet is pescatarian" for r in diet), shown(diet)
     assert all(r.invalid_at == T0 + timedelta(days=25) for r in diet
                if "vegetarian" in r.text and r.kind != "entity"), shown(diet)
+
+
+async def test_a_question_pointing_back_in_time_finds_the_turn_of_that_time(engine):
+    """'What did I cook four weeks ago?': of several turns about cooking, the one said about
+    four weeks before the question comes first, and it says when it was said."""
+    await engine.ingest(BANK, [
+        turn(1, "I cooked a big pot of lentil soup for the whole family tonight."),
+        turn(2, "I cooked dinner again tonight, cooking a spicy cooked cooking Thai green curry "
+                "I cooked for friends.", days=14),
+        turn(3, "Work was busy, I have three reports to finish.", days=20),
+    ])
+    asked = T0 + timedelta(days=28, hours=3)
+    results = await engine.search(BANK, "What did I cook four weeks ago?", limit=5, now=asked)
+    assert results and results[0].sources[0] == "1", [(r.sources, r.text[:40]) for r in results]
+    assert results[0].valid_at == T0
+
+
+async def test_a_question_about_what_the_assistant_said_reads_its_replies(engine):
+    """'Remind me of the novel you recommended': the title is in the assistant's reply, and
+    the user's message of that turn says little; another turn's user message talks about
+    novels and recommendations but holds no answer."""
+    await engine.ingest(BANK, [
+        turn(1, "I have a long train ride on Saturday, what could I take along?",
+             "For the train I recommend the novel 'The Dispossessed' by Ursula K. Le Guin."),
+        turn(2, "My friend recommended a novel to me and I recommended one to her, we both "
+                "love recommending novels.", "That sounds like a lovely exchange.", days=2),
+        turn(3, "I need to water the plants.", "Good idea.", days=3),
+    ])
+    results = await engine.search(BANK, "Can you remind me of the novel you recommended for my "
+                                  "train ride?", limit=5, now=T0 + timedelta(days=10))
+    assert results and results[0].sources[0] == "1", [(r.sources, r.text[:40]) for r in results]

@@ -83,3 +83,22 @@ async def test_turns_stored_while_the_index_is_built_are_in_it(engine, monkeypat
     index = await build
     assert len(index) == 2
     assert [r.sources[0] for r in await engine.search("b", "oboe", limit=3)][0] == "2"
+
+
+def test_a_turn_of_a_strong_turns_conversation_ranks_above_a_stray_match():
+    """The turn after a strong match, in the same sitting, often holds the detail asked for:
+    it gains a share of its conversation's best score and passes a turn of another day that
+    matches as weakly as it does."""
+    idx = TurnIndex(dim=4)
+    idx.add("strong", "User: which cafes are near the old market?\nAssistant: a few", T0, vec(1, 0))
+    idx.add("detail", "User: great, I'll go there\nAssistant: enjoy", T0 + timedelta(minutes=2), vec(0.5, 0.5))
+    idx.add("stray", "User: great weather\nAssistant: yes", T0 + timedelta(days=5), vec(0.52, 0.5))
+    for i in range(6):
+        idx.add(f"other{i}", f"User: unrelated {i}\nAssistant: ok", T0 + timedelta(days=10 + i), vec(0, 0, 1))
+    ranked = [u for u, _ in idx.search("cafes market great", vec(1, 0), 5)]
+    assert ranked[0] == "strong" and ranked.index("detail") < ranked.index("stray"), ranked
+
+
+def test_a_time_pointed_to_lifts_the_turns_of_that_time():
+    idx = index_of(*[(f"User: I went hiking, trip {i}\nAssistant: nice", vec(1, 0)) for i in range(30)])
+    assert idx.search("hiking", vec(1, 0), 1, pointed=(T0 + timedelta(days=21), 7.0))[0][0] == "u21"

@@ -59,6 +59,37 @@ def asks_about_past(query: str) -> bool:
     return bool(_PAST_INTENT.search(query))
 
 
+# "what was that restaurant you recommended?": the answer is in the assistant's words
+_TO_ASSISTANT = re.compile(
+    r"\b(you (told|said|recommended|suggested|mentioned|gave|provided|created|wrote|listed|"
+    r"explained|shared|came up with)|remind me|our (previous|last|earlier) (conversation|chat|"
+    r"discussion)|we (talked|discussed|spoke|chatted))\b", re.I)
+_NUMBER = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6,
+           "seven": 7, "eight": 8, "nine": 9, "ten": 10, "a couple of": 2, "a few": 3}
+_DAYS_IN = {"day": 1.0, "week": 7.0, "month": 30.4, "year": 365.0}
+_AGO = re.compile(r"\b(\d{1,3}|a couple of|a few|an?|one|two|three|four|five|six|seven|eight|"
+                  r"nine|ten)\s+(day|week|month|year)s?\s+ago\b", re.I)
+_LAST = re.compile(r"\b(yesterday|last (week|weekend|month|year))\b", re.I)
+_LAST_DAYS = {"yesterday": 1.0, "last week": 7.0, "last weekend": 7.0, "last month": 30.4,
+              "last year": 365.0}
+
+
+def asks_about_assistant(query: str) -> bool:
+    """'Can you remind me of the book you recommended?': what the assistant said is asked for."""
+    return bool(_TO_ASSISTANT.search(query))
+
+
+def days_ago(query: str) -> float | None:
+    """How far back the query points, in days ('four weeks ago' 28, 'last month' 30.4,
+    'yesterday' 1), or None when it names no such time."""
+    m = _AGO.search(query)
+    if m:
+        n = m.group(1).lower()
+        return (int(n) if n.isdigit() else _NUMBER[n]) * _DAYS_IN[m.group(2).lower()]
+    m = _LAST.search(query)
+    return _LAST_DAYS[m.group(1).lower()] if m else None
+
+
 def role_references(query: str) -> list[tuple[str, str]]:
     """("my boss", "HAS_BOSS")-style pairs for the roles a query names, longest first per
     mention: the relations under which the user's own facts name that person ("My boss is
