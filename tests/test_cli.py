@@ -374,7 +374,7 @@ def test_pygpt_starting_during_a_long_command_joins_its_worker_and_takes_over(ho
     banks = {b["name"]: b for b in json.loads(run(data, "banks", "--json").stdout)}
     assert banks["default"]["episodes"] == n + 2, banks
     for query, name in (("Who keeps bees?", "Rosalind"), ("Where does my piano teacher live?", "Ignatius"),
-                        ("What did I sort in box number 417?", "box number 417")):
+                        ("What did I sort in box number 317?", "box number 317")):
         found = run(data, "search", "--bank", "default", "--json", query).stdout
         assert name in found, (query, found)
 
