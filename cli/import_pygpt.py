@@ -203,7 +203,7 @@ def run_import(args) -> int:
                 batch = turns[i:i + size]
                 rep = service.ingest(IngestParams(bank=bank, turns=batch),
                                      timeout=max(60.0, settings.runner_timeout_s * len(batch))).result()
-                service.maintain().result()   # in process: keeps Kuzu's native memory bounded
+                service.maintain().result()   # keeps the worker's Kuzu native memory bounded on long imports
                 counts["stored"] += len(rep.stored)
                 counts["unchanged"] += len(rep.unchanged)
                 counts["skipped"] += len(rep.skipped)

@@ -1,14 +1,19 @@
 """What every data command of `memoryplus` shares: its settings, its MemoryService, its errors.
 
-The service: when a running worker serves the data directory (PyGPT's, recorded in its
-worker.json, reached by its local socket), the command goes through it: that worker holds the
-banks' Kuzu locks, and a second process cannot open them. The operations then run with that
-worker's settings (PyGPT's), not the command's flags or saved settings: the command says so on
-stderr. Without a running worker the command runs the engine in its own process.
+The service: the data directory's one shared worker (service.open_service(share=True), as for
+PyGPT's plugin and the MCP server; docs/RELIABILITY.md, "One worker per data directory"). When
+another process's worker serves the data directory (PyGPT's, recorded in its worker.json,
+reached by its local socket), the command goes through it: that worker holds the banks' Kuzu
+locks, and a second process cannot open them. The operations then run with that worker's
+settings (PyGPT's), not the command's flags or saved settings: the command says so on stderr.
+Without one, the command starts the worker itself, with its own settings and flags, and
+listens on the socket: a PyGPT or MCP server starting meanwhile joins it instead of finding
+the bank in use, and takes the data directory over when the command exits.
 """
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 from memoryplus.config.paths import data_dir, default_data_dir, load_settings
@@ -40,18 +45,32 @@ def settings_for(args):
 
 def open_for(args, settings, banks_dir, doing: str = "going"):
     """The MemoryService of the data directory (see the module's note); the caller closes it.
-    `doing`: what the note on stderr says the command does through a running worker."""
+    `doing`: what the note on stderr says the command does through another process's worker."""
     from memoryplus.engine.providers import credentials_from_env
-    from memoryplus.service import RemoteMemoryService, open_service
-    service = open_service(settings, banks_dir, credentials_from_env(), app=APP)
-    if isinstance(service, RemoteMemoryService):
-        st = service.status()
+    from memoryplus.service import open_service
+    service = open_service(settings, banks_dir, credentials_from_env(), app=APP, share=True)
+    st = _started(service)
+    if st.get("using") == "socket":     # joined another process's worker: its settings govern
+        from memoryplus.wire.protocol import live_worker
+        info = live_worker(banks_dir)
+        owner = "PyGPT's worker" if info is None or info.app == "PyGPT" else f"the worker of {info.app}"
         ignored = [f"--{flag}" for flag, _ in _FLAGS if getattr(args, flag, None)]
-        print(f"memoryplus: PyGPT's worker (pid {st.get('pid') or '?'}) holds {banks_dir}: {doing} through it, "
+        print(f"memoryplus: {owner} (pid {st.get('pid') or '?'}) holds {banks_dir}: {doing} through it, "
               f"with its settings" + (f" ({', '.join(ignored)} ignored)" if ignored else ""), file=sys.stderr)
         for line in st.get("conflicts") or ():    # a setting of ours PyGPT's worker does not share
             print(f"memoryplus: {line}", file=sys.stderr)
     return service
+
+
+def _started(service, timeout: float = 120.0) -> dict:
+    """The service's status once its client has joined or started the worker (or given up:
+    the first operation then says why), so that the note above knows which it did."""
+    end = time.monotonic() + timeout
+    while True:
+        st = service.status()
+        if st.get("state") not in ("stopped", "starting", "restarting") or time.monotonic() >= end:
+            return st
+        time.sleep(0.01)
 
 
 def progress(done: int, total: int) -> None:

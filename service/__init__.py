@@ -3,7 +3,7 @@
     MemoryService          the interface (base.py)
     LocalMemoryService     the engine in this process (local.py)
     RemoteMemoryService    over a worker client (remote.py)
-    open_service()         the one a command-line tool should use for a data directory
+    open_service()         the one an interface (the CLI, the MCP server) uses for a data directory
 """
 from __future__ import annotations
 
@@ -24,9 +24,10 @@ def open_service(settings, data_dir: str | os.PathLike, credentials=None, *,
     the operations then run with that worker's settings and credentials, not `settings`.
     Else the engine in this process, with `settings`.
 
-    `share=True` (a long-running interface: the MCP server) never opens the banks in this
-    process: its client joins the running worker, or starts one that every other process can
-    join (this process is then its owner), and takes over when the owner exits."""
+    `share=True` (the MCP server and the CLI's data commands: cli/session.py) never opens the
+    banks in this process: its client joins the running worker, or starts one that every other
+    process can join (this process is then its owner, for as long as it runs), and takes over
+    when the owner exits."""
     if share:
         from memoryplus.client.worker_client import WorkerClient
         if credentials is None:     # the worker it may start extracts with the keys of the environment

@@ -320,3 +320,70 @@ def test_the_command_goes_through_pygpts_running_worker(tmp_path):
         assert plugin.client.status()["restarts"] == 0, "the plugin's worker was not displaced"
     finally:
         plugin.destroy()
+
+
+def test_pygpt_starting_during_a_long_command_joins_its_worker_and_takes_over(host, tmp_path):
+    """A long command holds the data directory (an ingest of many turns): a PyGPT started
+    meanwhile is not told "bank in use" but joins the command's worker and stores its turn at
+    once; when the command ends PyGPT takes the data directory over, and the bank holds every
+    turn of both."""
+    import time
+
+    from memoryplus.config.paths import save_settings
+    from memoryplus.config.schema import Settings
+    from memoryplus.testing.pygpt_host import LOCAL, chat_turn
+    from memoryplus.wire import protocol as P
+
+    data = tmp_path / "pygpt" / "memoryplus"       # the host fixture's PyGPT data directory
+    save_settings(data, Settings(**LOCAL))
+    n = 400
+    f = tmp_path / "turns.jsonl"
+    f.write_text("\n".join(json.dumps({"user": f"Log {i}: I sorted box number {i} in the attic.",
+                                       "assistant": "Noted.", "time": "2025-03-01T10:00:00"})
+                           for i in range(n)))
+    env = {**os.environ, "GRAPHITI_TELEMETRY_ENABLED": "false"}
+    env.pop("OPENAI_API_KEY", None)
+    cmd = subprocess.Popen([EXE, "--data-dir", str(data), "ingest", "--bank", "default", "--batch", "5", str(f)],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        end = time.monotonic() + 120
+        while not list(data.glob("kuzu/*/graph.kuzu")) and cmd.poll() is None and time.monotonic() < end:
+            time.sleep(0.05)       # the command has opened the bank
+        window, plugin = host()
+        assert plugin.banks_dir() == data
+        chat_turn(window, "My neighbour Rosalind keeps bees in her garden.", "Lovely.", ctx_id=1)
+        assert plugin.queue.flush(timeout=120), plugin.queue.counts()
+        counts = plugin.queue.counts()
+        assert counts["done"] == 1 and counts["failed"] == 0, ("PyGPT's turn is stored, not 'bank in use'", counts)
+        assert cmd.poll() is None, "stored while the command still runs (not after it let go)"
+        assert plugin.client.status()["using"] == "socket", "PyGPT joined the command's worker"
+        out, err = cmd.communicate(timeout=600)
+        assert cmd.returncode == 0, err
+        assert f"{n} stored" in out, out
+        assert "going through it" not in err, "the command started the worker: no note"
+    finally:
+        if cmd.poll() is None:
+            cmd.kill()
+            cmd.wait()
+    assert wait(lambda: (info := P.live_worker(data)) is not None and info.app == "PyGPT", 120), \
+        "PyGPT took the data directory over"
+    chat_turn(window, "My piano teacher Ignatius lives in Salzburg.", "Noted.", ctx_id=2)
+    assert plugin.queue.flush(timeout=120), plugin.queue.counts()
+    assert plugin.client.status()["using"] == "persistent"
+    plugin.destroy()
+    banks = {b["name"]: b for b in json.loads(run(data, "banks", "--json").stdout)}
+    assert banks["default"]["episodes"] == n + 2, banks
+    for query, name in (("Who keeps bees?", "Rosalind"), ("Where does my piano teacher live?", "Ignatius"),
+                        ("What did I sort in box number 317?", "box number 317")):
+        found = run(data, "search", "--bank", "default", "--json", query).stdout
+        assert name in found, (query, found)
+
+
+def wait(check, timeout: float) -> bool:
+    import time
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if check():
+            return True
+        time.sleep(0.05)
+    return check()
