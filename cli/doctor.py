@@ -295,11 +295,11 @@ class Doctor:
 
     # ── running ───────────────────────────────────────────────────────────────────────
     def run(self) -> int:
-        from memoryplus.engine.providers import credentials_from_env
+        from memoryplus.wire.records import Credentials
         from memoryplus.common.redact import register
         self.python_and_packages()
         settings, banks_dir = self.settings()
-        creds = credentials_from_env()
+        creds = Credentials.from_env()
         register(settings.neo4j_password, settings.override_api_key, settings.embedding_api_key,
                  creds.openai_api_key, creds.google_api_key)
         self.pygpt()

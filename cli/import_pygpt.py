@@ -141,7 +141,8 @@ def _confirm(question: str) -> bool:
 def run_import(args) -> int:
     from memoryplus.cli.session import CliError, open_for, progress, settings_for
     from memoryplus.config.paths import pygpt_workdir
-    from memoryplus.engine.providers import credentials_from_env, llm_available
+    from memoryplus.engine.providers import llm_available
+    from memoryplus.wire.records import Credentials
 
     settings, banks_dir = settings_for(args)
     workdir = Path(args.workdir).expanduser() if args.workdir else pygpt_workdir()
@@ -176,7 +177,7 @@ def run_import(args) -> int:
 
     extraction = settings.extraction_engine
     if extraction == "auto":
-        extraction = "llm" if llm_available(settings, credentials_from_env()) else "local"
+        extraction = "llm" if llm_available(settings, Credentials.from_env()) else "local"
     if extraction == "llm":
         calls = total * LLM_CALLS_PER_TURN
         tokens = calls * LLM_INPUT_TOKENS_PER_CALL

@@ -46,9 +46,9 @@ def settings_for(args):
 def open_for(args, settings, banks_dir, doing: str = "going"):
     """The MemoryService of the data directory (see the module's note); the caller closes it.
     `doing`: what the note on stderr says the command does through another process's worker."""
-    from memoryplus.engine.providers import credentials_from_env
+    from memoryplus.wire.records import Credentials
     from memoryplus.service import open_service
-    service = open_service(settings, banks_dir, credentials_from_env(), app=APP, share=True)
+    service = open_service(settings, banks_dir, Credentials.from_env(), app=APP, share=True)
     st = _started(service)
     if st.get("using") == "socket":     # joined another process's worker: its settings govern
         from memoryplus.wire.protocol import live_worker

@@ -40,16 +40,6 @@ class ProviderError(RuntimeError):
     """A provider cannot be built from the settings; the message says which setting to fix."""
 
 
-def credentials_from_env() -> Credentials:
-    """Keys the CLI may use: the same environment variables the providers' own SDKs read."""
-    return Credentials(
-        openai_api_key=os.environ.get("OPENAI_API_KEY", ""),
-        openai_base_url=os.environ.get("OPENAI_BASE_URL", ""),
-        google_api_key=os.environ.get("GOOGLE_API_KEY", "") or os.environ.get("GEMINI_API_KEY", ""),
-        ollama_base_url=os.environ.get("OLLAMA_BASE_URL", ""),
-    )
-
-
 class ThinkStrippingClient(OpenAIGenericClient):
     """OpenAI-compatible client that drops reasoning models' `<think>` blocks before parsing."""
 

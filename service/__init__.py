@@ -12,6 +12,7 @@ import os
 from memoryplus.service.base import MemoryService
 from memoryplus.service.local import LocalMemoryService
 from memoryplus.service.remote import RemoteMemoryService
+from memoryplus.wire.records import Credentials
 
 __all__ = ["MemoryService", "LocalMemoryService", "RemoteMemoryService", "open_service"]
 
@@ -31,8 +32,7 @@ def open_service(settings, data_dir: str | os.PathLike, credentials=None, *,
     if share:
         from memoryplus.client.worker_client import WorkerClient
         if credentials is None:     # the worker it may start extracts with the keys of the environment
-            from memoryplus.engine.providers import credentials_from_env
-            credentials = credentials_from_env()
+            credentials = Credentials.from_env()
         # per-call processes would hold a bank's Kuzu lock each time: one shared worker instead
         mode = "auto" if settings.engine_mode == "auto" else "persistent"
         return RemoteMemoryService(WorkerClient(settings, data_dir, credentials, mode=mode, app=app).start())

@@ -42,6 +42,17 @@ class Credentials(Record):
     # The provider PyGPT uses for the chosen Graphiti model, when known (openai, ollama, google...)
     model_provider: str = ""
 
+    @classmethod
+    def from_env(cls) -> "Credentials":
+        """Keys the CLI and the MCP server may use: the environment variables the providers'
+        own SDKs read (here, not in engine/providers: a command would import graphiti for it)."""
+        import os
+        env = os.environ
+        return cls(openai_api_key=env.get("OPENAI_API_KEY", ""),
+                   openai_base_url=env.get("OPENAI_BASE_URL", ""),
+                   google_api_key=env.get("GOOGLE_API_KEY", "") or env.get("GEMINI_API_KEY", ""),
+                   ollama_base_url=env.get("OLLAMA_BASE_URL", ""))
+
 
 class Turn(Record):
     """One chat turn to remember. `id` is the caller's stable id (PyGPT's ctx id)."""
