@@ -94,7 +94,7 @@ LOG_FILE = "worker.log"
 BANK_CHANGED, FORGOTTEN = "bank_changed", "forgotten"
 BANK_EVENTS = frozenset({BANK_CHANGED, FORGOTTEN})
 # The options the engine reads: the worker's owner's values govern every bank of the data
-# directory (tests/test_worker.py checks that every option engine/ reads is here).
+# directory (tests/test_shared_worker.py checks that every option engine/ reads is here).
 GOVERNING_SETTINGS = frozenset({
     "backend", "neo4j_uri", "neo4j_user", "neo4j_password", "neo4j_database", "kuzu_buffer_pool_mb",
     "memory_mode", "custom_analysis_prompt", "extraction_engine", "llm_provider", "graphiti_model",
@@ -102,7 +102,7 @@ GOVERNING_SETTINGS = frozenset({
     "insight_model", "insight_temperature", "embedding_provider", "embedding_model",
     "embedding_base_url", "embedding_api_key", "max_memory_length", "emotion_tagging",
     "emotion_sensitivity", "topic_tagging", "vibe_scoring", "auto_prune", "low_value_threshold",
-    "memory_expiry_days", "custom_memory_tags", "search_depth",
+    "memory_expiry_days", "custom_memory_tags", "search_depth", "bank_idle_close_s",
 })
 
 
