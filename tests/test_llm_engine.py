@@ -112,6 +112,33 @@ async def test_a_failed_llm_call_leaves_nothing_half_stored(make_engine, llm):
 @pytest.mark.option("embedding_api_key")
 @pytest.mark.option("embedding_model")
 @pytest.mark.option("extraction_engine")
+async def test_an_llm_turn_interrupted_after_graphitis_writes_is_redone_on_reopen(make_engine, llm):
+    """graphiti writes a turn over several LLM calls, outside a transaction (searches would
+    wait on the network): a crash before the turn is marked complete leaves it pending, and
+    the bank's next open removes what it wrote and stores it again, once."""
+    from memoryplus.engine.ingest_ops import IngestOps
+    eng = make_engine(**llm_settings(llm))
+    await eng.ingest("p", [Turn(id="1", user="I live in Berlin.", assistant="Nice.", time=T0)])
+    original = IngestOps._extract_llm
+
+    async def crash_midway(self, bank, episode):
+        await original(self, bank, episode)          # graphiti's writes done ...
+        raise KeyboardInterrupt                       # ... but never marked complete
+
+    IngestOps._extract_llm = crash_midway
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            await eng.ingest("p", [Turn(id="2", user="I work at Siemens.", time=T0 + timedelta(days=1))])
+    finally:
+        IngestOps._extract_llm = original
+    assert any(not e["complete"] for e in await eng.browse("p", "episodes")), "left pending"
+    await eng.close()                                     # a restart ...
+    assert (await eng.stats("p")).episodes == 2           # ... reopens and redoes it
+    assert all(e["complete"] for e in await eng.browse("p", "episodes"))
+    siemens = [r for r in await eng.search("p", "Siemens") if r.kind == "fact"]
+    assert len(siemens) == 1, "redone once, not twice"
+
+
 async def test_remote_embeddings_use_their_own_endpoint(make_engine, llm):
     eng = make_engine(extraction_engine="local", embedding_provider="openai", embedding_base_url=llm.base_url,
                       embedding_api_key="sk-embed-bbbbbbbbbbbbbbbbbbbb", embedding_model="text-embedding-3-large",
