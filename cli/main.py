@@ -144,9 +144,9 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--seed", type=int, default=1, help="seed of the fault schedule (default: 1)")
     c.add_argument("--json", dest="chaos_json", metavar="FILE", help="write the figures to this file")
     c = sub.add_parser("bench", help="measure speed, cost, memory and recall against the targets",
-                       description="Without --smoke or --quick: the full run, banks growing to 5,000 "
-                                   "turns with figures at 100, 500, 2,000 and 5,000 (about 30-40 minutes "
-                                   "on 2 cores). See docs/PERFORMANCE.md.")
+                       description="Without --smoke or --quick: the full run, the bank growing to 20,000 "
+                                   "turns with figures at 100, 500, 2,000, 5,000, 10,000 and 20,000 "
+                                   "(not timed whole yet; over an hour on 2 cores). See docs/PERFORMANCE.md.")
     size = c.add_mutually_exclusive_group()
     size.add_argument("--smoke", action="store_const", const="smoke", dest="bench_mode", default=None,
                       help="tiny sizes, under a minute: only checks that every figure is written")

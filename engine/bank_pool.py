@@ -108,6 +108,11 @@ def _file_state(bank_dir: Path) -> tuple[int, int]:
     return (st.st_size, st.st_mtime_ns)
 
 
+def _set(event: asyncio.Event) -> asyncio.Event:
+    event.set()
+    return event
+
+
 @dataclass
 class Bank:
     name: str
@@ -123,8 +128,10 @@ class Bank:
     entities: dict[str, tuple[str, str]] | None = None  # lower name -> (uuid, name)
     active: int = 0
     opened_at: float = field(default_factory=time.monotonic)
-    searching: int = 0          # searches under way
-    in_transaction: bool = False  # a Kuzu transaction is open: new searches wait (see all_or_nothing)
+    searching: int = 0          # reads under way (see BankPool.reading)
+    in_transaction: bool = False  # a Kuzu transaction is open: new reads wait (see all_or_nothing)
+    reads_waiting: int = 0      # reads waiting for the transaction to end: they go before the next
+    no_transaction: asyncio.Event = field(default_factory=lambda: _set(asyncio.Event()))
     unflushed: int = 0          # turns written since the last checkpoint (deferred flushes)
     turns: TurnIndex | None = None  # the stored turns as an index (built on the first search)
     turns_pending: list | None = None  # while it is built: the writes to apply to it after
@@ -392,6 +399,25 @@ class BankPool:
         await store.checkpoint(bank.driver)
         bank.unflushed = 0
 
+    @staticmethod
+    @contextlib.asynccontextmanager
+    async def reading(bank: Bank):
+        """A read of the bank (a search, a timeline) never runs inside a transaction: it would
+        run in it, on the bank's one connection, and a failing read would end it. It waits
+        for the open one to end, and goes before the next: an ingest writes one transaction
+        per turn, and a read left to poll between them could wait for the whole batch."""
+        bank.reads_waiting += 1
+        try:
+            while bank.in_transaction:
+                await bank.no_transaction.wait()
+        finally:
+            bank.reads_waiting -= 1
+        bank.searching += 1
+        try:
+            yield
+        finally:
+            bank.searching -= 1
+
     @contextlib.asynccontextmanager
     async def all_or_nothing(self, bank: Bank):
         """Kuzu: the writes inside run as one transaction, so an error or a kill part-way leaves
@@ -400,7 +426,10 @@ class BankPool:
         if bank.provider != GraphProvider.KUZU or bank.in_transaction:
             yield
             return
+        while bank.reads_waiting:       # woken by the last transaction's end: they go first
+            await asyncio.sleep(0)
         bank.in_transaction = True
+        bank.no_transaction.clear()
         try:
             await self.searches_under_way_finish(bank)
             await bank.driver.execute_query("BEGIN TRANSACTION")
@@ -415,3 +444,4 @@ class BankPool:
             await bank.driver.execute_query("COMMIT")
         finally:
             bank.in_transaction = False
+            bank.no_transaction.set()

@@ -71,16 +71,11 @@ class SearchOps:
     async def search(self, bank_name: str, query: str, limit: int = 10,
                      as_of: datetime | None = None, now: datetime | None = None) -> list[SearchResult]:
         bank = await self.pool.existing(bank_name)
-        while bank.in_transaction:
-            await asyncio.sleep(0.005)
-        bank.searching += 1
-        try:
+        async with self.pool.reading(bank):
             # Conversations come with dates but no zone (imports, LongMemEval): a turn up to a
             # day "after" now may have been said before it.
             horizon = as_utc(now) + NOW_SLACK if now is not None else None
             return await self.pool.run(bank, self.ranked(bank, query, limit, as_of, horizon))
-        finally:
-            bank.searching -= 1
 
     async def ranked(self, bank: Bank, query: str, limit: int, as_of: datetime | None,
                      now: datetime | None = None) -> list[SearchResult]:

@@ -2,7 +2,6 @@
 time it held (valid_at to invalid_at) and the time it was said, replaced facts included."""
 from __future__ import annotations
 
-import asyncio
 import re
 from datetime import datetime, timezone
 
@@ -24,9 +23,8 @@ class TimelineOps:
     async def timeline(self, bank_name: str, entity: str, limit: int = 50,
                        as_of: datetime | None = None) -> Timeline:
         bank = await self.pool.existing(bank_name)
-        while bank.in_transaction:      # as a search does: never inside another's transaction
-            await asyncio.sleep(0.005)
-        return await self.pool.run(bank, self._timeline(bank, entity, limit, as_of))
+        async with self.pool.reading(bank):
+            return await self.pool.run(bank, self._timeline(bank, entity, limit, as_of))
 
     async def _timeline(self, bank: Bank, entity: str, limit: int, as_of: datetime | None) -> Timeline:
         matched = await self.resolve(bank, entity)

@@ -9,6 +9,7 @@ working, no repair copy left behind.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -181,10 +182,15 @@ async def test_a_bank_whose_recovery_fails_on_a_write_error_is_not_left_open_twi
     async def crash_midway(self, bank, episode, meta):
         await original(self, bank, episode, meta)
         raise KeyboardInterrupt                      # written, never marked complete
+
+    @contextlib.asynccontextmanager
+    async def no_transaction(bank):                  # as the LLM route writes: what it wrote stays
+        yield
     monkeypatch.setattr(LocalGraphWriter, "write", crash_midway)
+    monkeypatch.setattr(eng.pool, "all_or_nothing", no_transaction)
     with pytest.raises(KeyboardInterrupt):
         await eng.ingest(BANK, [Turn(id="t2", user="I met Zorblat2 at the harbour")])
-    monkeypatch.setattr(LocalGraphWriter, "write", original)
+    monkeypatch.undo()
     await eng.close()
 
     storage = _bank_dir(data).parent
