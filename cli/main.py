@@ -105,6 +105,16 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("query", nargs="?", help="what to look for, in plain words")
     g.add_argument("--queries", help="a file with one query per line; one JSON list per line out")
 
+    c = sub.add_parser("timeline", help="what a bank knows about one person, place or thing, fact by "
+                                        "fact, with when each held")
+    c.add_argument("--bank", required=True, help=bank_help)
+    c.add_argument("--limit", type=count_arg, default=50, help="at most this many facts, newest kept "
+                                                              "(default: 50, at most 500)")
+    c.add_argument("--as-of", type=time_arg, metavar="TIME",
+                   help=f"only what had begun by this time: {TIME_FORMS}")
+    c.add_argument("--json", action="store_true", help=json_help)
+    c.add_argument("entity", help="a name as the conversation used it, e.g. \"Maria\" or \"Lisbon\" (\"User\": yourself)")
+
     c = sub.add_parser("forget", help="forget the last turn, memories by id, or memories matching a text",
                        description="Forget memories with the stored turns behind them. Without --yes "
                                    "it only shows what would be forgotten.")
@@ -243,6 +253,27 @@ def _print_results(results, as_json: bool, scores: bool = True) -> None:
         print(f"{score}{r.kind:<7} {shorten(readable(r.text), 160)}  ({when}, {state}) {tags}".rstrip())
 
 
+def _timeline(service, args) -> int:
+    from memoryplus.wire.protocol import TimelineParams
+    request = TimelineParams(bank=args.bank, entity=args.entity, limit=min(args.limit, 500),
+                             as_of=parse_iso(args.as_of) if args.as_of else None)
+    tl = service.timeline(request, timeout=READ_S).result()
+    if args.json:
+        print(json.dumps(tl.model_dump(mode="json"), ensure_ascii=False))
+        return 0
+    if not tl.facts:
+        print(f"(nothing known about {shorten(args.entity, 80)!r}"
+              + (f": {', '.join(tl.matched)} has no facts)" if tl.matched else ")"))
+        return 0
+    print(f"{', '.join(tl.matched)}:")
+    for f in tl.facts:
+        since = f.valid_at.date().isoformat() if f.valid_at else "undated"
+        until = "current" if f.invalid_at is None else f"until {f.invalid_at.date().isoformat()}"
+        said = f"  (said {f.said_at.date().isoformat()})" if f.said_at else ""
+        print(f"  {since} {until:<16} {shorten(readable(f.fact), 160)}{said}")
+    return 0
+
+
 def launch(pygpt_args: list[str]) -> int:
     """Run PyGPT with the plugin registered, telling a first-time user how to switch it on."""
     from memoryplus.config.paths import pygpt_workdir
@@ -317,6 +348,8 @@ def _dispatch(service, settings, args) -> int:
             return 0
         _print_results(search(args.query), args.json)
         return 0
+    if cmd == "timeline":
+        return _timeline(service, args)
     if cmd == "forget":
         return _forget(service, args)
     if cmd == "stats":

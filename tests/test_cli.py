@@ -64,6 +64,24 @@ def test_search_json_shape_and_time_travel(bank):
     assert any("Berlin" in r["text"] and r["sources"] == ["city-0"] for r in past if r["kind"] == "fact")
 
 
+def test_timeline_shows_each_fact_with_when_it_held(bank):
+    """The user's homes, oldest first: each replaced one with the day it ended, the last current."""
+    data, _ = bank
+    tl = json.loads(run(data, "timeline", "--bank", "current.chat", "--json", "Lisbon").stdout)
+    assert tl["matched"] == ["Lisbon"]
+    (lisbon,) = [f for f in tl["facts"] if "Lisbon" in f["fact"]]
+    assert lisbon["valid_at"].startswith("2025-04-01") and lisbon["invalid_at"].startswith("2025-05-01")
+    text = run(data, "timeline", "--bank", "current.chat", "Oslo").stdout
+    assert "2025-05-01 current" in text and "Oslo" in text, text
+    past = json.loads(run(data, "timeline", "--bank", "current.chat", "--json", "--as-of",
+                          "2025-03-15T00:00:00+00:00", "Oslo").stdout)
+    assert past["facts"] == [], "nothing about Oslo had begun by then"
+    none = run(data, "timeline", "--bank", "current.chat", "Zanzibar")
+    assert "nothing known about 'Zanzibar'" in none.stdout
+    bad = run(data, "timeline", "--bank", "no/such bank", "Oslo", check=False)
+    assert bad.returncode != 0 and "bank" in bad.stderr.lower() and "Traceback" not in bad.stderr
+
+
 def test_search_many_queries_one_process(bank):
     data, _ = bank
     q = data / "queries.txt"
