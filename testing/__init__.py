@@ -12,6 +12,14 @@ def wait_for(pred, timeout: float = 30.0, step: float = 0.05, what: str = "condi
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def wait_until(check, timeout: float = 60.0) -> bool:
+    """Whether `check` came true within `timeout` s (for an assert with a message of its own)."""
+    try:
+        return bool(wait_for(check, timeout))
+    except AssertionError:
+        return bool(check())
+
+
 def mentions_code(text: str, code: str) -> bool:
     """True when `code` appears as a number of its own in `text`: not as the tail of a
     timestamp's microseconds ("…:07.514711+00:00") or a piece of a uuid, which made a bare

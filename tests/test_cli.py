@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from memoryplus.testing import mentions_code
+from memoryplus.testing import mentions_code, wait_until
 
 EXE = shutil.which("memoryplus", path=str(Path(sys.executable).parent)) or "memoryplus"
 
@@ -383,7 +383,7 @@ def test_pygpt_starting_during_a_long_command_joins_its_worker_and_takes_over(ho
         if cmd.poll() is None:
             cmd.kill()
             cmd.wait()
-    assert wait(lambda: (info := P.live_worker(data)) is not None and info.app == "PyGPT", 120), \
+    assert wait_until(lambda: (info := P.live_worker(data)) is not None and info.app == "PyGPT", 120), \
         "PyGPT took the data directory over"
     chat_turn(window, "My piano teacher Ignatius lives in Salzburg.", "Noted.", ctx_id=2)
     assert plugin.queue.flush(timeout=120), plugin.queue.counts()
@@ -395,13 +395,3 @@ def test_pygpt_starting_during_a_long_command_joins_its_worker_and_takes_over(ho
                         ("What did I sort in box number 317?", "box number 317")):
         found = run(data, "search", "--bank", "default", "--json", query).stdout
         assert name in found, (query, found)
-
-
-def wait(check, timeout: float) -> bool:
-    import time
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if check():
-            return True
-        time.sleep(0.05)
-    return check()

@@ -10,13 +10,13 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from memoryplus.config.paths import save_settings
 from memoryplus.config.schema import Settings
+from memoryplus.testing import wait_until
 from memoryplus.testing.mcp_client import McpProcess
 from memoryplus.wire import protocol as P
 
@@ -28,15 +28,6 @@ def data_dir(tmp_path) -> Path:
     d = tmp_path / "data"
     save_settings(d, Settings(**LOCAL))
     return d
-
-
-def wait_until(check, timeout: float = 30.0) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if check():
-            return True
-        time.sleep(0.05)
-    return check()
 
 
 def exported(data_dir: Path, bank: str) -> str:

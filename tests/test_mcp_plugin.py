@@ -7,11 +7,11 @@ from __future__ import annotations
 import os
 import re
 import signal
-import time
 from pathlib import Path
 
 from memoryplus.config.paths import save_settings
 from memoryplus.config.schema import Settings
+from memoryplus.testing import wait_until
 from memoryplus.testing.mcp_client import McpProcess
 from memoryplus.testing.pygpt_host import LOCAL, chat_turn
 from memoryplus.wire import protocol as P
@@ -24,15 +24,6 @@ MCP_APP = "the MemoryPlus MCP server"
 def block_of(prompt: str) -> str:
     m = re.search(rf"<{TAG}>(.*?)</{TAG}>", prompt or "", re.S)
     return m.group(1) if m else ""
-
-
-def wait_until(check, timeout: float = 60.0) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if check():
-            return True
-        time.sleep(0.05)
-    return check()
 
 
 def texts(answer: dict) -> str:
