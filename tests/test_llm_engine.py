@@ -108,10 +108,6 @@ async def test_a_failed_llm_call_leaves_nothing_half_stored(make_engine, llm):
     assert all(e["complete"] for e in await eng.browse("p", "episodes"))
 
 
-@pytest.mark.option("embedding_base_url")
-@pytest.mark.option("embedding_api_key")
-@pytest.mark.option("embedding_model")
-@pytest.mark.option("extraction_engine")
 async def test_an_llm_turn_interrupted_after_graphitis_writes_is_redone_on_reopen(make_engine, llm):
     """graphiti writes a turn over several LLM calls, outside a transaction (searches would
     wait on the network): a crash before the turn is marked complete leaves it pending, and
@@ -139,6 +135,10 @@ async def test_an_llm_turn_interrupted_after_graphitis_writes_is_redone_on_reope
     assert len(siemens) == 1, "redone once, not twice"
 
 
+@pytest.mark.option("embedding_base_url")
+@pytest.mark.option("embedding_api_key")
+@pytest.mark.option("embedding_model")
+@pytest.mark.option("extraction_engine")
 async def test_remote_embeddings_use_their_own_endpoint(make_engine, llm):
     eng = make_engine(extraction_engine="local", embedding_provider="openai", embedding_base_url=llm.base_url,
                       embedding_api_key="sk-embed-bbbbbbbbbbbbbbbbbbbb", embedding_model="text-embedding-3-large",

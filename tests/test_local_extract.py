@@ -482,7 +482,10 @@ def test_one_megabyte_is_bounded(body):
     start = time.perf_counter()
     result = extract(body, IDENTITY)
     elapsed = time.perf_counter() - start
-    assert elapsed < 1.0, f"{elapsed:.2f} s"
+    # ~0.05-0.4 s on a quiet machine; a pass that grew with the square of the text (a
+    # backtracking pattern, a rescan per sentence) would take minutes. The slack is for CI
+    # sharing its cores: the bound is about the shape of the work, not its speed.
+    assert elapsed < 5.0, f"{elapsed:.2f} s"
     assert len(result.facts) <= 200 and len(result.entities) <= 300
 
 
