@@ -36,6 +36,7 @@ NEEDS_PYGPT=(
 NEEDS_PYGPT_TESTS=(
   tests/test_cli.py::test_demo_passes_every_check
   tests/test_cli.py::test_the_command_goes_through_pygpts_running_worker   # the plugin's worker holds the bank
+  tests/test_cli.py::test_pygpt_starting_during_a_long_command_joins_its_worker_and_takes_over   # ... and joins the command's
   tests/test_doctor.py::test_healthy         # expects pygpt-net installed
   tests/test_fuzz.py::test_a_corrupt_spool_keeps_its_good_turns_and_sets_the_bad_lines_aside
 )
