@@ -5,7 +5,10 @@ Measured on LongMemEval's dev split (issue 18, docs/PERFORMANCE.md): the user's 
 are where the answer to "what did I say about …" lives, and keywords find the names and
 rare words the embedder blurs. The three signals are standardised over the bank's turns and
 summed with weights chosen by cross-validation (WEIGHTS; ASSISTANT_WEIGHTS when the query asks
-what the assistant said). Two more terms come from the turns' times: a turn dated when the
+what the assistant said). Words are matched by their singular ("doctors" finds "doctor"), and
+the query's vector is moved towards its best few turns before the cosine is taken again
+(pseudo-relevance feedback, PRF_TURNS and PRF_WEIGHT): the words around what the user asked
+about find the other turns about it ("how many rare items" finds the coins and the records). Two more terms come from the turns' times: a turn dated when the
 query points to ("four weeks ago") gains DATE_WEIGHT, and every turn gains a share of the best
 turn of its conversation (turns less than CONVERSATION_GAP apart): the turn before or after
 a strong one often holds the detail asked for.
@@ -20,12 +23,20 @@ import math
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import lru_cache
 from typing import Iterable
 
 import numpy as np
 
-# the baseline's own tokens and stop words (cli/bench_recall.py)
-from memoryplus.common.text import keyword_tokens as tokens
+from memoryplus.common.text import keyword_tokens, stem
+
+_stem = lru_cache(maxsize=65536)(stem)
+
+
+def tokens(text: str) -> list[str]:
+    """The baseline's own tokens and stop words (cli/bench_recall.py), each by its singular."""
+    return [_stem(w) for w in keyword_tokens(text)]
+
 
 # bm25 over the whole turn, bm25 over the user message, cosine to the user message
 WEIGHTS = (1.0, 0.5, 3.0)        # scripts/recall_weights.py: 5-fold CV on the dev split
@@ -44,6 +55,10 @@ COSINE_FLOOR = 0.35
 # A word of the query's word families ("manager" for "boss", extract/query.family_words)
 # counts this much of a word of the query itself in both BM25 signals
 RELATED_WEIGHT = 0.5
+# The query's vector plus PRF_WEIGHT × the mean vector of its PRF_TURNS best turns, for a
+# second cosine (not for a question about what the assistant said: its user messages are
+# the user's questions of then)
+PRF_TURNS, PRF_WEIGHT = 3, 1.0
 K1, B = 1.5, 0.75
 
 
@@ -206,6 +221,16 @@ class TurnIndex:
         total[~(live & ((signals[0] > 0) | (signals[2] >= COSINE_FLOOR)))] = -np.inf
         return total
 
+    def _feedback(self, query_vector, total: np.ndarray) -> np.ndarray:
+        """Per slot, the cosine to the query's vector moved towards its best turns so far."""
+        ranked = np.argsort(-total, kind="stable")[:PRF_TURNS]
+        best = ranked[np.isfinite(total[ranked])]
+        moved = np.asarray(query_vector, dtype=np.float32)
+        if len(best):
+            moved = moved + PRF_WEIGHT * self._matrix[best].mean(axis=0)
+        norm = float(np.linalg.norm(moved))
+        return self._matrix @ (moved / norm if norm > 0 else moved)
+
     def search(self, query: str, query_vector, limit: int, until: datetime | None = None,
                related: Iterable[str] = (), *, to_assistant: bool = False,
                pointed: tuple[datetime, float] | None = None) -> list[tuple[str, float]]:
@@ -217,8 +242,12 @@ class TurnIndex:
         if not self.slot or not limit:
             return []
         signals, live = self.signals(query, query_vector, until, related)
-        total = self.fuse(signals, live, ASSISTANT_WEIGHTS if to_assistant else WEIGHTS,
-                          self.near(*pointed) if pointed else None, self.conversations())
+        weights = ASSISTANT_WEIGHTS if to_assistant else WEIGHTS
+        near, conversations = self.near(*pointed) if pointed else None, self.conversations()
+        total = self.fuse(signals, live, weights, near, conversations)
+        if not to_assistant and PRF_TURNS:
+            signals[2] = self._feedback(query_vector, total)
+            total = self.fuse(signals, live, weights, near, conversations)
         k = min(limit, int(np.isfinite(total).sum()))
         if not k:
             return []

@@ -4,12 +4,13 @@ on LongMemEval's dev split, turns only, no graph (issue 18, docs/PERFORMANCE.md)
     python scripts/recall_weights.py ../shared/data/longmemeval/dev.json.gz
 
 For each question, the haystack's turns go into a TurnIndex (the engine's own code: the same
-tokens, BM25, embedder and query reading), and the signals are computed once. The grid spans
-the cosine's weight (WEIGHTS[2]), the weights for a question about what the assistant said
-(ASSISTANT_WEIGHTS: the user-side signals on or off), DATE_WEIGHT and CONVERSATION_WEIGHT.
-Each fold picks the grid point with the best any-evidence recall@5 + all-evidence recall@10 +
-half of any-evidence recall@10 on the other four folds and is scored on its own questions; the
-mean over the folds is the estimate, and the pick on all questions is what the module holds.
+tokens, BM25, embedder, query reading and feedback step), and the signals are computed once
+per way of matching words (by their singular, as the engine does, or as written). The grid
+spans that, the cosine's weight (WEIGHTS[2]), DATE_WEIGHT, CONVERSATION_WEIGHT and the
+pseudo-relevance feedback (PRF_TURNS, PRF_WEIGHT; none at 0). Each fold picks the grid point
+with the best any-evidence recall@5 + all-evidence recall@10 + half of any-evidence recall@10
+on the other four folds and is scored on its own questions; the mean over the folds is the
+estimate (for three shuffles), and the pick on all questions is what the module holds.
 Folds are by question (seeded shuffle). Abstention questions are left out, as in the bench.
 
 A tool of the checkout, not of the package (it reads the bench's dev-split loader in cli/, and
@@ -28,40 +29,53 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))     # the checkout's parent: `memoryplus`
 
 from memoryplus.cli import bench_recall as br  # noqa: E402  (after the path insert)
+from memoryplus.common.text import keyword_tokens  # noqa: E402
 from memoryplus.engine import extract as local_extract  # noqa: E402
 from memoryplus.engine import turn_index as ti  # noqa: E402
 from memoryplus.engine.embedders import LocalEmbedder  # noqa: E402
 
-# (cosine weight, assistant questions keep the user signals, date weight, conversation share)
-GRID = list(itertools.product([2.0, 3.0], [False, True], [0.0, 2.0, 4.0], [0.0, 0.1, 0.2, 0.3]))
+MATCHING = {"singular": ti.tokens, "as written": keyword_tokens}
+# (matching, cosine weight, date weight, conversation share, (feedback turns, weight))
+GRID = list(itertools.product(MATCHING, [2.0, 3.0], [2.0, 4.0], [0.1, 0.2],
+                              [(0, 0.0), (3, 0.5), (3, 1.0), (5, 1.0)]))
+HELD = ("singular", 3.0, 4.0, 0.2, (3, 1.0))       # what engine/turn_index.py holds
 
 
-def signals(path: str) -> list[tuple]:
+def signals(path: str) -> dict[str, list[tuple]]:
     emb = LocalEmbedder()
-    out = []
-    for raw in br.load(path):
-        q = br.to_question(raw)
-        if q.abstention:
-            continue
-        index = ti.TurnIndex(dim=emb.dim)
-        vectors = emb.embed_sync([t.user or "-" for t in q.turns])
-        for t, v in zip(q.turns, vectors):
-            index.add(t.id, f"User: {t.user}\nAssistant: {t.assistant}", t.time, v)
-        sig, live = index.signals(q.question, emb.embed_sync([q.question])[0])
-        back = local_extract.days_ago(q.question)
-        near = None if back is None else index.near(q.date - timedelta(days=back), back)
-        out.append((q, sig, live, local_extract.asks_about_assistant(q.question), near,
-                    index.conversations()))
+    questions = [q for q in map(br.to_question, br.load(path)) if not q.abstention]
+    vectors = [(emb.embed_sync([t.user or "-" for t in q.turns]), emb.embed_sync([q.question])[0])
+               for q in questions]
+    out: dict[str, list[tuple]] = {}
+    engine_tokens = ti.tokens
+    for name, matching in MATCHING.items():
+        ti.tokens = matching
+        try:
+            rows = []
+            for q, (users, qv) in zip(questions, vectors):
+                index = ti.TurnIndex(dim=emb.dim)
+                for t, v in zip(q.turns, users):
+                    index.add(t.id, f"User: {t.user}\nAssistant: {t.assistant}", t.time, v)
+                sig, live = index.signals(q.question, qv)
+                back = local_extract.days_ago(q.question)
+                near = None if back is None else index.near(q.date - timedelta(days=back), back)
+                rows.append((q, index, qv, sig, live, local_extract.asks_about_assistant(q.question), near,
+                             index.conversations()))
+            out[name] = rows
+        finally:
+            ti.tokens = engine_tokens
     return out
 
 
 def per_question(data, point) -> np.ndarray:
-    cos, keep_user, date_w, conv_w = point
-    ti.DATE_WEIGHT, ti.CONVERSATION_WEIGHT = date_w, conv_w
+    matching, cos, date_w, conv_w, (prf_turns, prf_w) = point
+    ti.DATE_WEIGHT, ti.CONVERSATION_WEIGHT, ti.PRF_TURNS, ti.PRF_WEIGHT = date_w, conv_w, prf_turns, prf_w
     rows = []
-    for q, sig, live, to_assistant, near, conv in data:
-        weights = (1.0, 0.5, cos) if not to_assistant or keep_user else ti.ASSISTANT_WEIGHTS
+    for q, index, qv, sig, live, to_assistant, near, conv in data[matching]:
+        weights = ti.ASSISTANT_WEIGHTS if to_assistant else (1.0, 0.5, cos)
         total = ti.TurnIndex.fuse(sig, live, weights, near, conv)
+        if prf_turns and not to_assistant:      # as TurnIndex.search does
+            total = ti.TurnIndex.fuse(sig[:2] + [index._feedback(qv, total)], live, weights, near, conv)
         ranked = [q.turns[i].id for i in np.argsort(-total, kind="stable") if np.isfinite(total[i])]
         rows.append((br.score(ranked, q, 5)["any"], br.score(ranked, q, 10)["all"],
                      br.score(ranked, q, 10)["any"]))
@@ -72,22 +86,27 @@ def main(path: str) -> None:
     data = signals(path)
     table = {w: per_question(data, w) for w in GRID}
     gain = np.array([1.0, 1.0, 0.5])
-    order = list(range(len(data)))
-    random.Random(0).shuffle(order)
-    folds = [order[i::5] for i in range(5)]
-    held = []
-    for fold in folds:
-        train = [i for i in order if i not in fold]
-        best = max(GRID, key=lambda w: (table[w][train] @ gain).sum())
-        held.append(table[best][fold])
-        print(f"fold of {len(fold)}: picked {best}, held-out any@5 / all@10 / any@10 "
-              + " / ".join(f"{x:.3f}" for x in table[best][fold].mean(axis=0)))
-    est = np.concatenate(held).mean(axis=0)
+    n = len(data["singular"])
+    for seed in (0, 1, 2):
+        order = list(range(n))
+        random.Random(seed).shuffle(order)
+        folds = [order[i::5] for i in range(5)]
+        held = []
+        for fold in folds:
+            train = [i for i in order if i not in fold]
+            best = max(GRID, key=lambda w: (table[w][train] @ gain).sum())
+            held.append(table[best][fold])
+            print(f"seed {seed}, fold of {len(fold)}: picked {best}, held-out any@5 / all@10 / any@10 "
+                  + " / ".join(f"{x:.3f}" for x in table[best][fold].mean(axis=0)))
+        est = np.concatenate(held).mean(axis=0)
+        print(f"seed {seed}: cross-validated estimate any@5 / all@10 / any@10 "
+              + " / ".join(f"{x:.3f}" for x in est))
     best = max(GRID, key=lambda w: (table[w] @ gain).sum())
-    print("cross-validated estimate any@5 / all@10 / any@10 " + " / ".join(f"{x:.3f}" for x in est))
-    print(f"on all {len(data)} questions {best}: " + " / ".join(f"{x:.3f}" for x in table[best].mean(axis=0)))
-    old = (3.0, True, 0.0, 0.0)
-    print(f"without the new terms {old}: " + " / ".join(f"{x:.3f}" for x in table[old].mean(axis=0)))
+    print(f"on all {n} questions {best}: " + " / ".join(f"{x:.3f}" for x in table[best].mean(axis=0)))
+    print(f"what the module holds {HELD}: " + " / ".join(f"{x:.3f}" for x in table[HELD].mean(axis=0)))
+    old = ("as written", 3.0, 4.0, 0.2, (0, 0.0))
+    print(f"before matching by singular and feedback {old}: "
+          + " / ".join(f"{x:.3f}" for x in table[old].mean(axis=0)))
 
 
 if __name__ == "__main__":

@@ -102,3 +102,26 @@ def test_a_turn_of_a_strong_turns_conversation_ranks_above_a_stray_match():
 def test_a_time_pointed_to_lifts_the_turns_of_that_time():
     idx = index_of(*[(f"User: I went hiking, trip {i}\nAssistant: nice", vec(1, 0)) for i in range(30)])
     assert idx.search("hiking", vec(1, 0), 1, pointed=(T0 + timedelta(days=21), 7.0))[0][0] == "u21"
+
+
+def test_a_plural_in_the_query_finds_the_singular_in_a_turn():
+    """"How many doctors" is about the turn that says "my doctor": words match by their
+    singular. That turn shares no word as written and is far in meaning, so before it was
+    under the relevance floor and never returned."""
+    idx = index_of(("User: my doctor said the mole is benign\nAssistant: good news", vec(0, 1)),
+                   ("User: I repainted the kitchen\nAssistant: nice", vec(0, 0, 1)),
+                   ("User: we watched a film\nAssistant: fun", vec(0, 0, 0, 1)))
+    assert [u for u, _ in idx.search("How many doctors?", vec(1, 0), 5)] == ["u0"]
+
+
+def test_a_turn_near_the_best_turns_in_meaning_is_found_though_the_query_is_not():
+    """Pseudo-relevance feedback: the query's vector moves towards its best turns, so a turn
+    about the same thing in other words ("the Bowie record" after "my rare coin collection")
+    passes the floor and is returned, while turns near neither stay out."""
+    idx = index_of(("User: my rare coin collection grew\nAssistant: nice", vec(0.6, 0.8)),
+                   ("User: I found a 1972 Bowie pressing\nAssistant: a gem", vec(0, 1)),
+                   *[(f"User: chores {i}\nAssistant: ok", vec(0, 0, 1)) for i in range(5)])
+    hits = [u for u, _ in idx.search("how many rare items do I own", vec(1, 0), 5)]
+    assert hits == ["u0", "u1"], hits
+    # a question about what the assistant said has no feedback: its user turns are questions
+    assert [u for u, _ in idx.search("rare", vec(1, 0), 5, to_assistant=True)] == ["u0"]
