@@ -322,13 +322,9 @@ def attach(driver, group_id: str) -> GraphIndex | None:
     return index
 
 
-async def candidates(bank, text: str, config: SearchConfig, search_filter: SearchFilters, *,
-                     episodes: bool = True) -> SearchResults:
-    """graphiti's `search_` on the bank, its cosine searches answered by the bank's index;
-    without its episode search when `episodes` is False (the caller has the turns already)."""
+async def candidates(bank, text: str, config: SearchConfig, search_filter: SearchFilters) -> SearchResults:
+    """graphiti's `search_` on the bank, its cosine searches answered by the bank's index."""
     index = getattr(bank, "graph_index", None)
     driver = index.search_driver if index is not None else None
-    if not episodes:
-        config = config.model_copy(update={"episode_config": None})
     return await bank.graphiti.search_(text, config=config, group_ids=[bank.slug],
                                        search_filter=search_filter, driver=driver)

@@ -146,7 +146,15 @@ def _finish_rebuild(bank_dir: Path, bank_name: str) -> None:
     _remove_tree(rebuild)
 
 
-def _fulltext_indexes() -> list[tuple[str, str, str]]:
+# The full-text indexes anything queries: entities (graphiti's search and its node dedupe)
+# and facts (its search and its fact resolution). graphiti's indexes of turns and communities
+# are searched by nothing here (the turn index ranks turns, no communities are built), yet
+# each cost about 12 MB per open bank and an index update per stored turn (issue 16): a bank
+# has neither, and an older bank's are dropped when it opens (store.ensure_fulltext_indexes).
+SEARCHED_FULLTEXT_INDEXES = frozenset({"node_name_and_summary", "edge_name_and_fact"})
+
+
+def _graphiti_fulltext_indexes() -> list[tuple[str, str, str]]:
     """(table, index, create statement) of graphiti's full-text indexes: constant names."""
     out = []
     for create in get_fulltext_indices(GraphProvider.KUZU):
@@ -154,6 +162,16 @@ def _fulltext_indexes() -> list[tuple[str, str, str]]:
         if m is not None:
             out.append((m.group(1), m.group(2), create))
     return out
+
+
+def fulltext_indexes() -> list[tuple[str, str, str]]:
+    """The full-text indexes a bank has: those searched."""
+    return [i for i in _graphiti_fulltext_indexes() if i[1] in SEARCHED_FULLTEXT_INDEXES]
+
+
+def unsearched_fulltext_indexes() -> list[tuple[str, str]]:
+    """(table, index) of graphiti's full-text indexes a bank no longer keeps."""
+    return [(t, i) for t, i, _ in _graphiti_fulltext_indexes() if i not in SEARCHED_FULLTEXT_INDEXES]
 
 
 class _Damaged(Exception):
@@ -351,7 +369,7 @@ def _check_and_repair(bank_dir: Path, bank_name: str, buffer_pool_mb: int, *,
         tables = {r[0] for r in conn.execute("CALL SHOW_TABLES() RETURN name").get_all()}
         have = {(r[0], r[1]) for r in
                 conn.execute("CALL SHOW_INDEXES() RETURN table_name, index_name").get_all()}
-        for table, index, create in _fulltext_indexes():
+        for table, index, create in fulltext_indexes():
             if table not in tables:
                 continue                           # graphiti creates the schema and indexes
             if rebuild_indexes and (table, index) in have:
@@ -369,7 +387,7 @@ def _check_and_repair(bank_dir: Path, bank_name: str, buffer_pool_mb: int, *,
                 log.warning("bank %r: recreating %s failed: %s", bank_name, index, exc)
         # A query through each index: an index whose catalog entry points at a dropped table
         # (Kuzu: "Cannot find table catalog entry with id ...") fails here, not when listed.
-        for table, index, _create in _fulltext_indexes():
+        for table, index, _create in fulltext_indexes():
             if table not in tables:
                 continue
             try:
@@ -407,7 +425,7 @@ def _rebuild(bank_dir: Path, bank_name: str, buffer_pool_mb: int, why: str) -> N
         try:
             conn.execute(f"IMPORT DATABASE '{_cypher_path(export)}'")
             tables = {r[0] for r in conn.execute("CALL SHOW_TABLES() RETURN name").get_all()}
-            for table, _index, create in _fulltext_indexes():
+            for table, _index, create in fulltext_indexes():
                 if table in tables:
                     conn.execute(create)
             conn.execute("CHECKPOINT")

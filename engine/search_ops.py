@@ -10,8 +10,8 @@ from typing import Any, Sequence
 
 from graphiti_core.nodes import EpisodeType, EpisodicNode
 from graphiti_core.search.search_config import (
-    EdgeReranker, EdgeSearchConfig, EdgeSearchMethod, EpisodeReranker, EpisodeSearchConfig,
-    EpisodeSearchMethod, NodeReranker, NodeSearchConfig, NodeSearchMethod, SearchConfig,
+    EdgeReranker, EdgeSearchConfig, EdgeSearchMethod, NodeReranker, NodeSearchConfig, NodeSearchMethod,
+    SearchConfig,
 )
 from graphiti_core.search.search_filters import ComparisonOperator, DateFilter, SearchFilters
 
@@ -35,7 +35,8 @@ def clean_query(text: str) -> str:
 
 
 def search_config(depth: int) -> SearchConfig:
-    """graphiti's search: facts and entities by keywords and vectors, turns by keywords."""
+    """graphiti's search: facts and entities by keywords and vectors. Not turns: the turn
+    index ranks those (turn_index.py), and a Kuzu bank has no full-text index of its turns."""
     return SearchConfig(
         edge_config=EdgeSearchConfig(search_methods=[EdgeSearchMethod.bm25,
                                                      EdgeSearchMethod.cosine_similarity],
@@ -43,8 +44,6 @@ def search_config(depth: int) -> SearchConfig:
         node_config=NodeSearchConfig(search_methods=[NodeSearchMethod.bm25,
                                                      NodeSearchMethod.cosine_similarity],
                                      reranker=NodeReranker.rrf),
-        episode_config=EpisodeSearchConfig(search_methods=[EpisodeSearchMethod.bm25],
-                                           reranker=EpisodeReranker.rrf),
         limit=depth)
 
 
@@ -133,7 +132,7 @@ class SearchOps:
         else:
             flt = search_filter(as_of, now)
         # facts and entities; the turns are the turn index's (fuse takes them from there)
-        results = await graph_index.candidates(bank, text, search_config(depth), flt, episodes=False)
+        results = await graph_index.candidates(bank, text, search_config(depth), flt)
         turns, ended = await self._turn_hits(bank, turn_text or text, as_of or now, depth, past,
                                              related, as_of or (now - NOW_SLACK if now else None))
         # a question about the past ranks the replaced facts by the current ones: all of those

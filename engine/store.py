@@ -18,10 +18,10 @@ from pathlib import Path
 
 import kuzu
 from graphiti_core.driver.driver import GraphDriver, GraphProvider
-from graphiti_core.graph_queries import get_fulltext_indices
 
 from memoryplus.engine.errors import BankLockedError, StoreError, WriteStoreError
-from memoryplus.engine.kuzu_repair import CREATED_MARKER, damaged, repair_after_unclean_exit
+from memoryplus.engine.kuzu_repair import (
+    CREATED_MARKER, damaged, fulltext_indexes, repair_after_unclean_exit, unsearched_fulltext_indexes)
 
 log = logging.getLogger("memoryplus.store")
 _PATCH_LOCK = threading.Lock()
@@ -200,13 +200,19 @@ async def checkpoint(driver: GraphDriver) -> None:
 
 async def ensure_fulltext_indexes(driver: GraphDriver) -> None:
     """graphiti 0.31.2 bug 2: KuzuDriver never builds its full-text indexes, and building them
-    twice fails; run each statement and ignore 'already exists'."""
-    for query in get_fulltext_indices(GraphProvider.KUZU):
+    twice fails; run each statement and ignore 'already exists'. Only the indexes something
+    searches (kuzu_repair.SEARCHED_FULLTEXT_INDEXES); the others an older bank has are dropped."""
+    for _table, _index, query in fulltext_indexes():
         try:
             await driver.execute_query(query)
         except Exception as exc:  # kuzu raises RuntimeError subclasses
             if "already exists" not in str(exc):
                 raise
+    rows, _, _ = await driver.execute_query("CALL SHOW_INDEXES() RETURN table_name, index_name")
+    have = {(r["table_name"], r["index_name"]) for r in rows}
+    for table, index in unsearched_fulltext_indexes():
+        if (table, index) in have:   # names from graphiti's constant list, never user input
+            await driver.execute_query(f"CALL DROP_FTS_INDEX('{table}', '{index}')")
 
 
 # Kuzu locks a database against other processes only: a second kuzu.Database on the same file

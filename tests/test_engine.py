@@ -492,6 +492,44 @@ async def test_banks_are_recycled_when_idle_and_keep_their_memories(engine, monk
     assert engine.banks[BANK] is not first
 
 
+def _fulltext_indexes(bank_dir) -> set[str]:
+    import kuzu
+    db = kuzu.Database(str(bank_dir / "graph.kuzu"), buffer_pool_size=64 * 1024 * 1024)
+    conn = kuzu.Connection(db)
+    try:
+        return {r[0] for r in conn.execute("CALL SHOW_INDEXES() RETURN index_name").get_all()}
+    finally:
+        conn.close()
+        db.close()
+
+
+async def test_a_bank_keeps_only_the_full_text_indexes_something_searches(make_engine, tmp_path):
+    """graphiti's Kuzu indexes of turns and communities are searched by nothing (the turn
+    index ranks turns), yet each costs memory per open bank and work per stored turn. A new
+    bank has neither; a bank an older version made with them loses them when it opens, and
+    still finds its turns and stores new ones."""
+    import kuzu
+    data = tmp_path / "data"
+    eng = make_engine(data)
+    await eng.ingest(BANK, [turn(i, f"I visited Museum{i} in Vienna") for i in range(3)])
+    bank_dir = eng.banks[BANK].dir
+    await eng.close()
+    assert _fulltext_indexes(bank_dir) == {"node_name_and_summary", "edge_name_and_fact"}
+    db = kuzu.Database(str(bank_dir / "graph.kuzu"), buffer_pool_size=64 * 1024 * 1024)
+    conn = kuzu.Connection(db)      # what an older version left: all four of graphiti's
+    conn.execute("CALL CREATE_FTS_INDEX('Episodic', 'episode_content', ['content', 'source', "
+                 "'source_description'])")
+    conn.execute("CALL CREATE_FTS_INDEX('Community', 'community_name', ['name'])")
+    conn.close()
+    db.close()
+    again = make_engine(data)
+    await again.ingest(BANK, [turn(3, "I visited Museum3 in Graz")])
+    assert "Museum1" in texts(await again.search(BANK, "Museum1 Vienna"))
+    assert "Museum3" in texts(await again.search(BANK, "Museum3 Graz"))
+    await again.close()
+    assert _fulltext_indexes(bank_dir) == {"node_name_and_summary", "edge_name_and_fact"}
+
+
 @pytest.mark.option("search_depth")
 async def test_search_depth_is_the_candidate_pool(make_engine, tmp_path):
     turns = [turn(i, f"The zebra number {i} lives in Zoo{i}") for i in range(15)]

@@ -132,16 +132,17 @@ async def test_a_worker_killed_in_the_middle_of_a_forget_leaves_the_turn_whole(m
 
 
 def _index_is_stuck(bank_dir: Path) -> bool:
-    """The damage an interrupted repair left before this fix: the Episodic index is gone and
-    Kuzu refuses to create it again (its half-made tables can be neither seen nor dropped)."""
+    """The damage an interrupted repair left before this fix: the first index it rebuilds (the
+    entities') is gone and Kuzu refuses to create it again (its half-made tables can be
+    neither seen nor dropped)."""
     db = kuzu.Database(str(bank_dir / "graph.kuzu"), buffer_pool_size=64 * 1024 * 1024)
     conn = kuzu.Connection(db)
     try:
         names = {r[0] for r in conn.execute("CALL SHOW_INDEXES() RETURN index_name").get_all()}
-        if "episode_content" in names:
+        if "node_name_and_summary" in names:
             return False
         try:
-            conn.execute("CALL CREATE_FTS_INDEX('Episodic', 'episode_content', ['content'])")
+            conn.execute("CALL CREATE_FTS_INDEX('Entity', 'node_name_and_summary', ['name', 'summary'])")
         except RuntimeError as exc:
             return "already exists" in str(exc)
         return False
