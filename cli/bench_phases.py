@@ -397,9 +397,13 @@ def idle_rss(service, wait_s: float) -> float:
     return rss_of(service)
 
 
+# The worker maintains after 2 s without a request (wire/protocol.py WorkerLimits.idle_s)
+IDLE_ROUND_S = 4.0
+
+
 def phase_three_banks(settings: dict, workdir: Path, turns, per_bank: int, queries, out: dict) -> None:
-    """A fresh worker with three banks of `per_bank` turns each, all open and searched: its RSS
-    (`worker_rss_mb_three_banks`)."""
+    """A fresh worker with three banks of `per_bank` turns each, all open and searched, then
+    idle for a moment with the three still open: its RSS (`worker_rss_mb_three_banks`)."""
     from memoryplus.config.schema import Settings
     from memoryplus.client.worker_client import WorkerClient
     from memoryplus.service import RemoteMemoryService
@@ -417,6 +421,9 @@ def phase_three_banks(settings: dict, workdir: Path, turns, per_bank: int, queri
             for name in names:
                 for q in queries[:5]:
                     search(service, q, name)
+        # then idle, as between a user's turns: past the worker's first idle round (which gives
+        # freed heap back), well before bank_idle_close_s closes the banks
+        time.sleep(IDLE_ROUND_S)
         h = service.health(timeout=60).result()
         out["worker_rss_mb_three_banks"] = rss_of(service)
         out["three_banks_open"] = float(len(h.banks_open))
