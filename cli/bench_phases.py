@@ -18,7 +18,7 @@ from typing import Any
 from memoryplus.cli.bench import (
     BANK, ingest, make_turn, pct, quiet_logs, rss_of, say, search, slope_per_100, timed_search, wait_ready,
 )
-from memoryplus.cli.bench_recall import bm25_ranking
+from memoryplus.cli.bench_recall import add_graphiti_turn_index, bm25_ranking, graphiti_config
 
 
 # ── phases ──────────────────────────────────────────────────────────────────────────────
@@ -177,17 +177,19 @@ def phase_worker_start(settings: dict, data_dir: Path, out: dict) -> None:
 
 def phase_graphiti_search(settings: dict, banks_dir: Path, queries: list[str], out: dict) -> None:
     """graphiti's `search_` in this process, with the configuration and filter our engine
-    hands it, on the same bank, same queries, through our driver and vector index."""
+    hands it and graphiti's own turn search (bench_recall.graphiti_config), on the same bank,
+    same queries, through our driver and vector index."""
     from memoryplus.config.schema import Settings
     from memoryplus.engine import graph_index
     from memoryplus.engine.memory_engine import MemoryEngine
-    from memoryplus.engine.search_ops import clean_query, search_config, search_filter
+    from memoryplus.engine.search_ops import clean_query, search_filter
 
     async def run():
         eng = MemoryEngine(Settings(**settings), banks_dir, app="bench")
         try:
             bank = await eng.pool.bank(BANK, create=False)
-            cfg, flt = search_config(eng.settings.search_depth), search_filter(None)
+            await add_graphiti_turn_index(bank.driver)
+            cfg, flt = graphiti_config(eng.settings.search_depth), search_filter(None)
 
             async def one(q):   # the same driver and vector index as ours (graph_index.py)
                 t = time.perf_counter()
@@ -435,14 +437,14 @@ def phase_three_banks(settings: dict, workdir: Path, turns, per_bank: int, queri
 def phase_stock_graphiti_search(banks_dir: Path, queries: list[str], out: dict) -> list[float]:
     """Stock graphiti `search_` on the bench's bank: graphiti's own KuzuDriver (no prepared
     statements, no vector index, its default pool), the configuration and filter our engine
-    hands it, in this process (`search_vs_graphiti_ratio`)."""
+    hands it with graphiti's own turn search, in this process (`search_vs_graphiti_ratio`)."""
     from graphiti_core import Graphiti
     from graphiti_core.driver.kuzu_driver import KuzuDriver
 
     from memoryplus.engine.bank_pool import NoLLM
     from memoryplus.engine.embedders import LocalEmbedder
     from memoryplus.engine.providers import OverlapReranker
-    from memoryplus.engine.search_ops import clean_query, search_config, search_filter
+    from memoryplus.engine.search_ops import clean_query, search_filter
     from memoryplus.wire.banks import BankDirectory, slug
     from memoryplus.config.schema import Settings
 
@@ -452,7 +454,8 @@ def phase_stock_graphiti_search(banks_dir: Path, queries: list[str], out: dict) 
         driver._database = ""               # graphiti 0.31.2 bug 1 (store.py)
         g = Graphiti(graph_driver=driver, llm_client=NoLLM(), embedder=LocalEmbedder(),
                      cross_encoder=OverlapReranker())
-        cfg, flt = search_config(Settings().search_depth), search_filter(None)
+        await add_graphiti_turn_index(driver)
+        cfg, flt = graphiti_config(Settings().search_depth), search_filter(None)
         try:
             async def one(q):
                 t = time.perf_counter()
