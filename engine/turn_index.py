@@ -5,13 +5,15 @@ Measured on LongMemEval's dev split (issue 18, docs/PERFORMANCE.md): the user's 
 are where the answer to "what did I say about …" lives, and keywords find the names and
 rare words the embedder blurs. The three signals are standardised over the bank's turns and
 summed with weights chosen by cross-validation (WEIGHTS; ASSISTANT_WEIGHTS when the query asks
-what the assistant said). Words are matched by their singular ("doctors" finds "doctor"), and
-the query's vector is moved towards its best few turns before the cosine is taken again
-(pseudo-relevance feedback, PRF_TURNS and PRF_WEIGHT): the words around what the user asked
-about find the other turns about it ("how many rare items" finds the coins and the records). Two more terms come from the turns' times: a turn dated when the
-query points to ("four weeks ago") gains DATE_WEIGHT, and every turn gains a share of the best
-turn of its conversation (turns less than CONVERSATION_GAP apart): the turn before or after
-a strong one often holds the detail asked for.
+what the assistant said). Words are matched by their singular ("doctors" finds "doctor"),
+and the query's vector is moved towards its best few turns before the cosine is taken again
+(pseudo-relevance feedback, PRF_TURNS and PRF_WEIGHT): what surrounds the thing asked about
+finds the other turns about it ("how many rare items" finds the coins and the records).
+
+Two more terms come from the turns' times: a turn dated when the query points to ("four
+weeks ago") gains DATE_WEIGHT, and every turn gains a share of the best turn of its
+conversation (turns less than CONVERSATION_GAP apart): the turn before or after a strong one
+often holds the detail asked for.
 
 Kept in memory only, built from the bank on its first search and kept in step with every
 write and removal: it holds no text (token counts and vectors), and nothing of it is saved,
