@@ -222,15 +222,11 @@ async def add_graphiti_turn_index(driver) -> None:
     """graphiti's full-text index of turns, which a bank does not keep (nothing of ours
     searches it: engine/kuzu_repair.SEARCHED_FULLTEXT_INDEXES), made on a Kuzu bank for the
     baseline before it is timed. The bank drops it again when it next opens."""
-    from graphiti_core.driver.driver import GraphProvider
-    from graphiti_core.graph_queries import get_fulltext_indices
-    for create in get_fulltext_indices(GraphProvider.KUZU):
-        if "'Episodic'" in create:
-            try:
-                await driver.execute_query(create)
-            except Exception as exc:   # kuzu raises RuntimeError subclasses
-                if "already exists" not in str(exc):
-                    raise
+    from memoryplus.engine.kuzu_repair import graphiti_fulltext_indexes
+    from memoryplus.engine.store import create_fulltext_index
+    for table, _index, create in graphiti_fulltext_indexes():
+        if table == "Episodic":
+            await create_fulltext_index(driver, create)
 
 
 # ── the run ─────────────────────────────────────────────────────────────────────────────

@@ -154,7 +154,7 @@ def _finish_rebuild(bank_dir: Path, bank_name: str) -> None:
 SEARCHED_FULLTEXT_INDEXES = frozenset({"node_name_and_summary", "edge_name_and_fact"})
 
 
-def _graphiti_fulltext_indexes() -> list[tuple[str, str, str]]:
+def graphiti_fulltext_indexes() -> list[tuple[str, str, str]]:
     """(table, index, create statement) of graphiti's full-text indexes: constant names."""
     out = []
     for create in get_fulltext_indices(GraphProvider.KUZU):
@@ -166,12 +166,12 @@ def _graphiti_fulltext_indexes() -> list[tuple[str, str, str]]:
 
 def fulltext_indexes() -> list[tuple[str, str, str]]:
     """The full-text indexes a bank has: those searched."""
-    return [i for i in _graphiti_fulltext_indexes() if i[1] in SEARCHED_FULLTEXT_INDEXES]
+    return [i for i in graphiti_fulltext_indexes() if i[1] in SEARCHED_FULLTEXT_INDEXES]
 
 
 def unsearched_fulltext_indexes() -> list[tuple[str, str]]:
     """(table, index) of graphiti's full-text indexes a bank no longer keeps."""
-    return [(t, i) for t, i, _ in _graphiti_fulltext_indexes() if i not in SEARCHED_FULLTEXT_INDEXES]
+    return [(t, i) for t, i, _ in graphiti_fulltext_indexes() if i not in SEARCHED_FULLTEXT_INDEXES]
 
 
 class _Damaged(Exception):

@@ -198,16 +198,21 @@ async def checkpoint(driver: GraphDriver) -> None:
         await driver.execute_query("CHECKPOINT")
 
 
+async def create_fulltext_index(driver: GraphDriver, create: str) -> None:
+    """Run a CREATE_FTS_INDEX statement; one that exists already is left as it is."""
+    try:
+        await driver.execute_query(create)
+    except Exception as exc:  # kuzu raises RuntimeError subclasses
+        if "already exists" not in str(exc):
+            raise
+
+
 async def ensure_fulltext_indexes(driver: GraphDriver) -> None:
     """graphiti 0.31.2 bug 2: KuzuDriver never builds its full-text indexes, and building them
     twice fails; run each statement and ignore 'already exists'. Only the indexes something
     searches (kuzu_repair.SEARCHED_FULLTEXT_INDEXES); the others an older bank has are dropped."""
-    for _table, _index, query in fulltext_indexes():
-        try:
-            await driver.execute_query(query)
-        except Exception as exc:  # kuzu raises RuntimeError subclasses
-            if "already exists" not in str(exc):
-                raise
+    for _table, _index, create in fulltext_indexes():
+        await create_fulltext_index(driver, create)
     rows, _, _ = await driver.execute_query("CALL SHOW_INDEXES() RETURN table_name, index_name")
     have = {(r["table_name"], r["index_name"]) for r in rows}
     for table, index in unsearched_fulltext_indexes():

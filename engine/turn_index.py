@@ -223,15 +223,21 @@ class TurnIndex:
         total[~(live & ((signals[0] > 0) | (signals[2] >= COSINE_FLOOR)))] = -np.inf
         return total
 
-    def _feedback(self, query_vector, total: np.ndarray) -> np.ndarray:
-        """Per slot, the cosine to the query's vector moved towards its best turns so far."""
-        ranked = np.argsort(-total, kind="stable")[:PRF_TURNS]
-        best = ranked[np.isfinite(total[ranked])]
-        moved = np.asarray(query_vector, dtype=np.float32)
-        if len(best):
-            moved = moved + PRF_WEIGHT * self._matrix[best].mean(axis=0)
+    def ranking(self, signals: list[np.ndarray], live: np.ndarray, query_vector, weights,
+                near: np.ndarray | None, conversations: np.ndarray | None, *,
+                feedback: bool = True) -> np.ndarray:
+        """The fused score per slot (fuse), ranked a second time with the cosine to the query's
+        vector moved towards its PRF_TURNS best turns when `feedback` (pseudo-relevance
+        feedback). `signals` is left as it was (the weights script reuses them)."""
+        total = self.fuse(signals, live, weights, near, conversations)
+        k = min(PRF_TURNS, int(np.isfinite(total).sum())) if feedback else 0
+        if not k:
+            return total
+        best = np.argpartition(-total, k - 1)[:k]       # finite: there are at least k of them
+        moved = np.asarray(query_vector, dtype=np.float32) + PRF_WEIGHT * self._matrix[best].mean(axis=0)
         norm = float(np.linalg.norm(moved))
-        return self._matrix @ (moved / norm if norm > 0 else moved)
+        cosine = self._matrix @ (moved / norm if norm > 0 else moved)
+        return self.fuse([*signals[:2], cosine], live, weights, near, conversations)
 
     def search(self, query: str, query_vector, limit: int, until: datetime | None = None,
                related: Iterable[str] = (), *, to_assistant: bool = False,
@@ -244,12 +250,9 @@ class TurnIndex:
         if not self.slot or not limit:
             return []
         signals, live = self.signals(query, query_vector, until, related)
-        weights = ASSISTANT_WEIGHTS if to_assistant else WEIGHTS
-        near, conversations = self.near(*pointed) if pointed else None, self.conversations()
-        total = self.fuse(signals, live, weights, near, conversations)
-        if not to_assistant and PRF_TURNS:
-            signals[2] = self._feedback(query_vector, total)
-            total = self.fuse(signals, live, weights, near, conversations)
+        total = self.ranking(signals, live, query_vector, ASSISTANT_WEIGHTS if to_assistant else WEIGHTS,
+                             self.near(*pointed) if pointed else None, self.conversations(),
+                             feedback=not to_assistant)
         k = min(limit, int(np.isfinite(total).sum()))
         if not k:
             return []

@@ -73,9 +73,7 @@ def per_question(data, point) -> np.ndarray:
     rows = []
     for q, index, qv, sig, live, to_assistant, near, conv in data[matching]:
         weights = ti.ASSISTANT_WEIGHTS if to_assistant else (1.0, 0.5, cos)
-        total = ti.TurnIndex.fuse(sig, live, weights, near, conv)
-        if prf_turns and not to_assistant:      # as TurnIndex.search does
-            total = ti.TurnIndex.fuse(sig[:2] + [index._feedback(qv, total)], live, weights, near, conv)
+        total = index.ranking(sig, live, qv, weights, near, conv, feedback=not to_assistant)
         ranked = [q.turns[i].id for i in np.argsort(-total, kind="stable") if np.isfinite(total[i])]
         rows.append((br.score(ranked, q, 5)["any"], br.score(ranked, q, 10)["all"],
                      br.score(ranked, q, 10)["any"]))
