@@ -12,9 +12,15 @@ import os
 import threading
 from pathlib import Path
 
+import numpy as np
+
 from graphiti_core.embedder.client import EmbedderClient
 
 from memoryplus.common.text import WORD, char_trigrams, feature_hash
+
+
+EMBED_BATCH = 64            # texts tokenized at once (WordLlama's own batch)
+POOL_TOKENS = 32768         # token vectors gathered at once: 32 MB at 256-d
 
 
 class LocalEmbedder(EmbedderClient):
@@ -45,10 +51,44 @@ class LocalEmbedder(EmbedderClient):
         return cls._model
 
     def embed_sync(self, texts: list[str]) -> list[list[float]]:
-        if not texts:
-            return []
-        vecs = self._load().embed([t if t.strip() else "-" for t in texts], norm=True)
-        return [list(map(float, v)) for v in vecs]
+        return [list(map(float, v)) for v in self.embed_array(texts)]
+
+    def embed_array(self, texts: list[str], dims: int | None = None) -> np.ndarray:
+        """WordLlama's normalised mean of token vectors (its `embed(norm=True)`), one row per
+        text, computed over each text's own tokens: `embed` pads a batch of 64 to its longest
+        text and holds batch × longest × 256 floats, so one pasted page among short
+        messages made it slow and took hundreds of MB. `dims`: only the first ones (the
+        model is trained to be cut there), renormalised."""
+        model = self._load()
+        table = model.embedding if dims is None else model.embedding[:, :dims]
+        out = np.zeros((len(texts), table.shape[1]), np.float32)
+        pending: list[tuple[int, np.ndarray]] = []
+        held = 0
+
+        def pool() -> None:
+            rows = [i for i, _ in pending]
+            ids = np.concatenate([t for _, t in pending])
+            starts = np.cumsum([0] + [len(t) for _, t in pending[:-1]])
+            sums = np.add.reduceat(table[ids], starts, axis=0)
+            out[rows] = sums / np.array([[len(t)] for _, t in pending], np.float32)
+            pending.clear()
+
+        for first in range(0, len(texts), EMBED_BATCH):
+            batch = [t if t.strip() else "-" for t in texts[first:first + EMBED_BATCH]]
+            for i, enc in enumerate(model.tokenize(batch), first):
+                n = int(sum(enc.attention_mask))
+                if not n:
+                    continue            # no token at all: a zero vector, as WordLlama's
+                ids = np.clip(np.asarray(enc.ids[:n], np.int64), 0, table.shape[0] - 1)
+                pending.append((i, ids))
+                held += n
+                if held >= POOL_TOKENS:
+                    pool()
+                    held = 0
+        if pending:
+            pool()
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        return out / np.where(norms > 0, norms, 1.0)
 
     async def create(self, input_data) -> list[float]:
         text = input_data if isinstance(input_data, str) else " ".join(map(str, input_data))
@@ -86,3 +126,31 @@ class HashEmbedder(EmbedderClient):
 
     async def create_batch(self, input_data_list: list[str]) -> list[list[float]]:
         return self.embed_sync(list(input_data_list))
+
+
+def sentence_embedder(bank_embedder: EmbedderClient) -> EmbedderClient | None:
+    """Who embeds the sentences of the assistant's replies for the turn index: the bank's own
+    embedder when it runs in this process (a reply has ~20 sentences: no provider is paid,
+    nor waited on, for them), else the offline embedder when it is installed, else no one."""
+    if isinstance(bank_embedder, (LocalEmbedder, HashEmbedder)):
+        return bank_embedder
+    return _shared_local() if LocalEmbedder.available() else None
+
+
+_LOCAL: LocalEmbedder | None = None
+
+
+def _shared_local() -> LocalEmbedder:
+    global _LOCAL
+    if _LOCAL is None:
+        _LOCAL = LocalEmbedder()
+    return _LOCAL
+
+
+def embed_rows(embedder: EmbedderClient, texts: list[str], dims: int | None = None) -> np.ndarray:
+    """`texts` embedded by an in-process embedder (sentence_embedder), one row each; with
+    `dims`, rows of at most that many (the offline embedder computes only those)."""
+    if isinstance(embedder, LocalEmbedder):
+        return embedder.embed_array(texts, dims)
+    rows = np.asarray(embedder.embed_sync(texts), np.float32).reshape(len(texts), -1)  # type: ignore[attr-defined]
+    return rows[:, :dims] if dims else rows

@@ -18,7 +18,7 @@ from memoryplus.engine.errors import EngineError
 from memoryplus.engine.local_writer import LocalGraphWriter
 from memoryplus.engine.providers import TurnBudget, turn_budget, unusable_answer
 from memoryplus.engine.removal import RemovalOps
-from memoryplus.engine.turn_index import split_body
+from memoryplus.engine.turn_index import reply_vectors, split_body
 from memoryplus.wire.banks import episode_uuid
 from memoryplus.wire.records import IngestReport, Turn, utc_now
 
@@ -140,10 +140,11 @@ class IngestOps:
             await self._store_local(bank, episode, meta)
         if bank.turns is not None or bank.turns_pending is not None:
             vec = (await bank.embedder.create_batch([split_body(body)[0] or "-"]))[0]
+            replies = reply_vectors(bank.embedder, body)
             if bank.turns is not None:
-                bank.turns.add(ep_uuid, body, when, vec)
+                bank.turns.add(ep_uuid, body, when, vec, replies)
             else:                   # the index is being built from a read that may miss it
-                bank.turns_pending.append(("add", (ep_uuid, body, when, vec)))
+                bank.turns_pending.append(("add", (ep_uuid, body, when, vec, replies)))
 
     async def _complete(self, bank: Bank, ep_uuid: str, meta: EpisodeMeta, edges: list[str]) -> None:
         await self.pool.query(bank, "set_episode_meta", uuid=ep_uuid, name=meta.dump(), entity_edges=edges,

@@ -104,8 +104,10 @@ class LocalGraphWriter:
         mentions = [EpisodicEdge(source_node_uuid=episode.uuid, target_node_uuid=u, group_id=bank.slug,
                                  created_at=now) for u in touched]
         if bank.provider == GraphProvider.KUZU:
-            # graphiti saves Kuzu rows one query each (its UNWIND cannot carry Kuzu's STRUCT
-            # lists); mentions are flat, so they go in one query.
+            # graphiti saves Kuzu rows one query each, and so must we: entities made by one
+            # multi-row UNWIND crash Kuzu 0.11.3 (a segfault) when a later query sets a
+            # full-text-indexed column (the summary) of any but the first of them. Mentions
+            # are in no full-text index, so they go in one query.
             await add_nodes_and_edges_bulk(bank.driver, [], [], list(new_nodes.values()), new_edges,
                                            bank.embedder)
             if mentions:

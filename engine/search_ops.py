@@ -21,7 +21,7 @@ from memoryplus.engine import graph_index
 from memoryplus.engine.bank_pool import Bank, BankPool
 from memoryplus.engine.episodes import COMPLETE, EpisodeMeta, ts
 from memoryplus.engine.fusion import covering, fuse
-from memoryplus.engine.turn_index import TurnIndex, split_body
+from memoryplus.engine.turn_index import TurnIndex, reply_query, reply_vectors, split_body
 from memoryplus.wire.records import SearchResult, as_utc
 
 SUPERSEDED_FOR = 5          # a question about the past: the top current facts whose predecessors count
@@ -154,7 +154,8 @@ class SearchOps:
                 vectors = await bank.embedder.create_batch(users) if users else []
                 index = TurnIndex(dim=len(vectors[0]) if vectors else bank.manifest.embedding_dim or 1)
                 for r, v in zip(rows, vectors):
-                    index.add(r["uuid"], r["content"] or "", ts(r["valid_at"]), v)
+                    index.add(r["uuid"], r["content"] or "", ts(r["valid_at"]), v,
+                              reply_vectors(bank.embedder, r["content"] or ""))
                 for op, args in bank.turns_pending:
                     index.add(*args) if op == "add" else index.remove(*args)
                 bank.turns = index
@@ -184,7 +185,8 @@ class SearchOps:
         pointed = None if back is None else (
             as_utc(ref or datetime.now(timezone.utc)) - timedelta(days=back), back)
         hits = index.search(text, vec, depth, as_utc(until) if until else None, related,
-                            to_assistant=local_extract.asks_about_assistant(text), pointed=pointed)
+                            to_assistant=local_extract.asks_about_assistant(text), pointed=pointed,
+                            reply_vector=reply_query(bank.embedder, text))
         rows = await self.pool.episodes(bank, [u for u, _ in hits])
         hits = [u for u, _ in hits if u in rows]
         edges = list({e for u in hits for e in rows[u]["entity_edges"] or []})

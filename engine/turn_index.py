@@ -1,14 +1,18 @@
 """The stored turns as a search index of their own: BM25 over each turn's words and over its
-user message, and the cosine of the embedder between the query and the user message.
+user message, the cosine of the embedder between the query and the user message, and the
+best cosine between the query and one sentence of the assistant's reply.
 
 Measured on LongMemEval's dev split (issue 18, docs/PERFORMANCE.md): the user's own words
 are where the answer to "what did I say about …" lives, and keywords find the names and
-rare words the embedder blurs. The three signals are standardised over the bank's turns and
-summed with weights chosen by cross-validation (WEIGHTS; ASSISTANT_WEIGHTS when the query asks
-what the assistant said). Words are matched by their singular ("doctors" finds "doctor"),
-and the query's vector is moved towards its best few turns before the cosine is taken again
-(pseudo-relevance feedback, PRF_TURNS and PRF_WEIGHT): what surrounds the thing asked about
-finds the other turns about it ("how many rare items" finds the coins and the records).
+rare words the embedder blurs. A reply runs to ~23 sentences, and the one that answers
+"which book did you suggest" (or restates the user's "I use Premiere Pro") is lost in the
+vector of the whole reply, not in its own. The four signals are standardised over the bank's
+turns and summed with weights chosen by cross-validation (WEIGHTS; ASSISTANT_WEIGHTS when
+the query asks what the assistant said). Words are matched by their singular ("doctors"
+finds "doctor"), and the query's vector is moved towards its best few turns before the
+cosine is taken again (pseudo-relevance feedback, PRF_TURNS and PRF_WEIGHT): what surrounds
+the thing asked about finds the other turns about it ("how many rare items" finds the coins
+and the records).
 
 Two more terms come from the turns' times: a turn dated when the query points to ("four
 weeks ago") gains DATE_WEIGHT, and every turn gains a share of the best turn of its
@@ -30,7 +34,8 @@ from typing import Iterable
 
 import numpy as np
 
-from memoryplus.common.text import keyword_tokens, stem
+from memoryplus.common.text import keyword_tokens, split_sentences, stem
+from memoryplus.engine.embedders import embed_rows, sentence_embedder
 
 _stem = lru_cache(maxsize=65536)(stem)
 
@@ -40,11 +45,16 @@ def tokens(text: str) -> list[str]:
     return [_stem(w) for w in keyword_tokens(text)]
 
 
-# bm25 over the whole turn, bm25 over the user message, cosine to the user message
-WEIGHTS = (1.0, 0.5, 3.0)        # scripts/recall_weights.py: 5-fold CV on the dev split
+# bm25 over the whole turn, bm25 over the user message, cosine to the user message, and the
+# best cosine to a sentence of the assistant's reply
+WEIGHTS = (1.0, 0.5, 3.0, 0.5)        # scripts/recall_weights.py: 5-fold CV on the dev split
 # "the restaurant you recommended": the user's message is the question, the answer is in the
-# assistant's reply, which only the whole turn's keywords see
-ASSISTANT_WEIGHTS = (1.0, 0.0, 0.0)
+# assistant's reply, which the whole turn's keywords and the reply's sentences see
+ASSISTANT_WEIGHTS = (1.0, 0.0, 0.0, 0.5)
+# The reply's sentences are kept as the first REPLY_DIM dimensions of their vectors (the offline
+# embedder is trained to be cut there), renormalised, in bytes: 64 bytes a sentence; a reply
+# has ~23 on the dev split. At most MAX_REPLY_SENTENCES of a reply are kept.
+REPLY_DIM, MAX_REPLY_SENTENCES = 64, 200
 # a turn dated where the query points ("four weeks ago"): a bell over the turns' dates, its
 # width a quarter of how far back (at least a day): "a week ago" is not to the hour
 DATE_WEIGHT, DATE_SPREAD = 4.0, 0.25
@@ -62,6 +72,7 @@ RELATED_WEIGHT = 0.5
 # the user's questions of then)
 PRF_TURNS, PRF_WEIGHT = 3, 1.0
 K1, B = 1.5, 0.75
+REPLY_CHUNK = 65536     # sentence rows turned into floats at once (16 MB)
 
 
 def split_body(body: str) -> tuple[str, str]:
@@ -76,6 +87,38 @@ def split_body(body: str) -> tuple[str, str]:
             part, line = asst, line[11:]
         part.append(line)
     return "\n".join(user), "\n".join(asst)
+
+
+def reply_sentences(body: str) -> list[str]:
+    """The sentences of the turn's assistant reply that the index keeps a vector of."""
+    return split_sentences(split_body(body)[1])[:MAX_REPLY_SENTENCES]
+
+
+def reply_vectors(bank_embedder, body: str) -> np.ndarray | None:
+    """The vectors of the reply's sentences (TurnIndex.add), by sentence_embedder."""
+    by = sentence_embedder(bank_embedder)
+    return None if by is None else embed_rows(by, reply_sentences(body), REPLY_DIM)
+
+
+def reply_query(bank_embedder, query: str) -> np.ndarray | None:
+    """The query's vector for the reply signal (TurnIndex.search's `reply_vector`)."""
+    by = sentence_embedder(bank_embedder)
+    return None if by is None else embed_rows(by, [query], REPLY_DIM)[0]
+
+
+def compact(vectors) -> np.ndarray:
+    """Sentence vectors as the index keeps them: the first REPLY_DIM dimensions, renormalised,
+    as signed bytes (one row each; none: no row)."""
+    if vectors is None or not len(vectors):
+        return np.zeros((0, REPLY_DIM), np.int8)
+    v = np.asarray(vectors, np.float32)[:, :REPLY_DIM]
+    v = v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-9)
+    return np.round(v * 127).astype(np.int8)
+
+
+def compact_query(vector) -> np.ndarray:
+    v = np.asarray(vector, np.float32)[:REPLY_DIM]
+    return v / max(float(np.linalg.norm(v)), 1e-9) / 127
 
 
 class _Field:
@@ -132,6 +175,8 @@ class TurnIndex:
     _vectors: list[np.ndarray] = field(default_factory=list)
     _matrix: np.ndarray | None = None
     _conversations: np.ndarray | None = None
+    _replies: list[np.ndarray] = field(default_factory=list)    # slot -> its sentences (int8 rows)
+    _reply_matrix: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
     def __post_init__(self):
         self.turn = _Field()
@@ -140,7 +185,9 @@ class TurnIndex:
     def __len__(self) -> int:
         return len(self.slot)
 
-    def add(self, uuid: str, body: str, when: datetime | None, user_vector) -> None:
+    def add(self, uuid: str, body: str, when: datetime | None, user_vector, reply_vectors=None) -> None:
+        """A stored turn: its text, time, the vector of its user message and those of its
+        reply's sentences (reply_sentences(body), embedded; none: no reply signal for it)."""
         if uuid in self.slot:
             self.remove([uuid])
         user, asst = split_body(body)
@@ -153,7 +200,8 @@ class TurnIndex:
         v = np.asarray(user_vector if user_vector is not None else np.zeros(self.dim), dtype=np.float32)
         self.dim = len(v)                   # the embedder's, whatever the index was made with
         self._vectors.append(v)
-        self._matrix = self._conversations = None
+        self._replies.append(compact(reply_vectors))
+        self._matrix = self._conversations = self._reply_matrix = None
 
     def remove(self, uuids) -> None:
         for u in uuids:
@@ -164,13 +212,15 @@ class TurnIndex:
             self.turn.remove(i)
             self.user.remove(i)
             self._vectors[i] = np.zeros_like(self._vectors[i])
-        self._matrix = self._conversations = None
+            self._replies[i] = compact(None)
+        self._matrix = self._conversations = self._reply_matrix = None
 
     def signals(self, query: str, query_vector, until: datetime | None = None,
-                related: Iterable[str] = ()) -> tuple[list[np.ndarray], np.ndarray]:
+                related: Iterable[str] = (), reply_vector=None) -> tuple[list[np.ndarray], np.ndarray]:
         """Per slot: BM25 over the turn, BM25 over its user message (the `related` words
-        weighed by RELATED_WEIGHT), cosine to its user message; and which slots are live
-        (stored, dated up to `until`)."""
+        weighed by RELATED_WEIGHT), cosine to its user message, the best cosine of
+        `reply_vector` (the query by the reply sentences' embedder) to a sentence of its reply;
+        and which slots are live (stored, dated up to `until`)."""
         n = len(self.uuids)
         live = np.array([u is not None for u in self.uuids], dtype=bool)
         if until is not None and n:
@@ -181,7 +231,28 @@ class TurnIndex:
             self._matrix = np.vstack(self._vectors) if self._vectors else np.zeros((0, self.dim), np.float32)
         bm25 = [f.scores(terms, n) + (RELATED_WEIGHT * f.scores(more, n) if more else 0)
                 for f in (self.turn, self.user)]
-        return bm25 + [self._matrix @ np.asarray(query_vector, dtype=np.float32)], live
+        return bm25 + [self._matrix @ np.asarray(query_vector, dtype=np.float32),
+                       self._reply_cosines(reply_vector)], live
+
+    def _reply_cosines(self, reply_vector) -> np.ndarray:
+        """Per slot, the best cosine of the query to a sentence of its reply (0 without one)."""
+        out = np.zeros(len(self.uuids))
+        if reply_vector is None:
+            return out
+        if self._reply_matrix is None:
+            have = [i for i, r in enumerate(self._replies) if len(r)]
+            rows = np.vstack([self._replies[i] for i in have]) if have else np.zeros((0, REPLY_DIM), np.int8)
+            starts = np.cumsum([0] + [len(self._replies[i]) for i in have[:-1]]) if have else np.zeros(0, np.int64)
+            self._reply_matrix = (rows, np.asarray(starts, np.int64), np.asarray(have, np.int64))
+        rows, starts, have = self._reply_matrix
+        if not len(have):
+            return out
+        q = compact_query(reply_vector)
+        cos = np.empty(len(rows), np.float32)
+        for first in range(0, len(rows), REPLY_CHUNK):     # bytes to floats a chunk at a time
+            cos[first:first + REPLY_CHUNK] = rows[first:first + REPLY_CHUNK].astype(np.float32) @ q
+        out[have] = np.maximum.reduceat(cos, starts)
+        return out
 
     def conversations(self) -> np.ndarray:
         """Per slot, the number of its conversation: turns by time, a new one after a gap of
@@ -237,19 +308,21 @@ class TurnIndex:
         moved = np.asarray(query_vector, dtype=np.float32) + PRF_WEIGHT * self._matrix[best].mean(axis=0)
         norm = float(np.linalg.norm(moved))
         cosine = self._matrix @ (moved / norm if norm > 0 else moved)
-        return self.fuse([*signals[:2], cosine], live, weights, near, conversations)
+        return self.fuse([*signals[:2], cosine, *signals[3:]], live, weights, near, conversations)
 
     def search(self, query: str, query_vector, limit: int, until: datetime | None = None,
                related: Iterable[str] = (), *, to_assistant: bool = False,
-               pointed: tuple[datetime, float] | None = None) -> list[tuple[str, float]]:
+               pointed: tuple[datetime, float] | None = None,
+               reply_vector=None) -> list[tuple[str, float]]:
         """The best `limit` turns (episode uuid, fused score), best first; only turns dated up
         to `until` when given, and only those above the relevance floor. A score is a sum of
         standardised signals (how far the turn stands out from the bank's turns).
         `to_assistant`: the query asks what the assistant said (ASSISTANT_WEIGHTS);
-        `pointed`: (when, days back) of a time the query points to ("two weeks ago")."""
+        `pointed`: (when, days back) of a time the query points to ("two weeks ago");
+        `reply_vector`: the query embedded as the reply sentences were."""
         if not self.slot or not limit:
             return []
-        signals, live = self.signals(query, query_vector, until, related)
+        signals, live = self.signals(query, query_vector, until, related, reply_vector)
         total = self.ranking(signals, live, query_vector, ASSISTANT_WEIGHTS if to_assistant else WEIGHTS,
                              self.near(*pointed) if pointed else None, self.conversations(),
                              feedback=not to_assistant)

@@ -30,6 +30,7 @@ from memoryplus.engine.episodes import EpisodeMeta  # noqa: E402
 from memoryplus.engine.fusion import sources  # noqa: E402
 from memoryplus.engine.memory_engine import MemoryEngine  # noqa: E402
 from memoryplus.engine.search_ops import NOW_SLACK, clean_query, search_config, search_filter  # noqa: E402
+from memoryplus.engine.turn_index import reply_query  # noqa: E402
 from memoryplus.plugin.memory_block import tokens  # noqa: E402
 from memoryplus.testing.pygpt_host import LOCAL  # noqa: E402
 from memoryplus.wire.records import Turn  # noqa: E402
@@ -49,7 +50,8 @@ async def stages(engine: MemoryEngine, name: str, q: br.DevQuestion) -> dict:
         turn_text, graph_text, related = await ops._read(b, q.question)
         index = await ops.turn_index(b)
         vec = await b.embedder.create(clean_query(turn_text))
-        sig, live = index.signals(clean_query(turn_text), vec, horizon, related)
+        sig, live = index.signals(clean_query(turn_text), vec, horizon, related,
+                                  reply_query(b.embedder, clean_query(turn_text)))
         hits, ended = await ops._turn_hits(b, clean_query(turn_text), horizon, 50, past, related)
         flt = search_filter(None, horizon)
         res = await b.graphiti.search_(clean_query(graph_text), config=search_config(engine.settings.search_depth),

@@ -6,8 +6,9 @@ on LongMemEval's dev split, turns only, no graph (issue 18, docs/PERFORMANCE.md)
 For each question, the haystack's turns go into a TurnIndex (the engine's own code: the same
 tokens, BM25, embedder, query reading and feedback step), and the signals are computed once
 per way of matching words (by their singular, as the engine does, or as written). The grid
-spans that, the cosine's weight (WEIGHTS[2]), DATE_WEIGHT, CONVERSATION_WEIGHT and the
-pseudo-relevance feedback (PRF_TURNS, PRF_WEIGHT; none at 0). Each fold picks the grid point
+spans that, the cosine's weight (WEIGHTS[2]), DATE_WEIGHT, CONVERSATION_WEIGHT, the
+pseudo-relevance feedback (PRF_TURNS, PRF_WEIGHT; none at 0) and the weight of the reply's
+best sentence (WEIGHTS[3] and ASSISTANT_WEIGHTS[3]; none at 0). Each fold picks the grid point
 with the best any-evidence recall@5 + all-evidence recall@10 + half of any-evidence recall@10
 on the other four folds and is scored on its own questions; the mean over the folds is the
 estimate (for three shuffles), and the pick on all questions is what the module holds.
@@ -35,16 +36,18 @@ from memoryplus.engine import turn_index as ti  # noqa: E402
 from memoryplus.engine.embedders import LocalEmbedder  # noqa: E402
 
 MATCHING = {"singular": ti.tokens, "as written": keyword_tokens}
-# (matching, cosine weight, date weight, conversation share, (feedback turns, weight))
+# (matching, cosine weight, date weight, conversation share, (feedback turns, weight), reply
+# sentences' weight)
 GRID = list(itertools.product(MATCHING, [2.0, 3.0], [2.0, 4.0], [0.1, 0.2],
-                              [(0, 0.0), (3, 0.5), (3, 1.0), (5, 1.0)]))
-HELD = ("singular", 3.0, 4.0, 0.2, (3, 1.0))       # what engine/turn_index.py holds
+                              [(0, 0.0), (3, 0.5), (3, 1.0), (5, 1.0)], [0.0, 0.5, 1.0]))
+HELD = ("singular", 3.0, 4.0, 0.2, (3, 1.0), 0.5)       # what engine/turn_index.py holds
 
 
 def signals(path: str) -> dict[str, list[tuple]]:
     emb = LocalEmbedder()
     questions = [q for q in map(br.to_question, br.load(path)) if not q.abstention]
-    vectors = [(emb.embed_sync([t.user or "-" for t in q.turns]), emb.embed_sync([q.question])[0])
+    vectors = [(emb.embed_sync([t.user or "-" for t in q.turns]), emb.embed_sync([q.question])[0],
+                [ti.reply_vectors(emb, f"Assistant: {t.assistant}") for t in q.turns])
                for q in questions]
     out: dict[str, list[tuple]] = {}
     engine_tokens = ti.tokens
@@ -52,11 +55,11 @@ def signals(path: str) -> dict[str, list[tuple]]:
         ti.tokens = matching
         try:
             rows = []
-            for q, (users, qv) in zip(questions, vectors):
+            for q, (users, qv, replies) in zip(questions, vectors):
                 index = ti.TurnIndex(dim=emb.dim)
-                for t, v in zip(q.turns, users):
-                    index.add(t.id, f"User: {t.user}\nAssistant: {t.assistant}", t.time, v)
-                sig, live = index.signals(q.question, qv)
+                for t, v, r in zip(q.turns, users, replies):
+                    index.add(t.id, f"User: {t.user}\nAssistant: {t.assistant}", t.time, v, r)
+                sig, live = index.signals(q.question, qv, reply_vector=ti.reply_query(emb, q.question))
                 back = local_extract.days_ago(q.question)
                 near = None if back is None else index.near(q.date - timedelta(days=back), back)
                 rows.append((q, index, qv, sig, live, local_extract.asks_about_assistant(q.question), near,
@@ -68,11 +71,11 @@ def signals(path: str) -> dict[str, list[tuple]]:
 
 
 def per_question(data, point) -> np.ndarray:
-    matching, cos, date_w, conv_w, (prf_turns, prf_w) = point
+    matching, cos, date_w, conv_w, (prf_turns, prf_w), reply_w = point
     ti.DATE_WEIGHT, ti.CONVERSATION_WEIGHT, ti.PRF_TURNS, ti.PRF_WEIGHT = date_w, conv_w, prf_turns, prf_w
     rows = []
     for q, index, qv, sig, live, to_assistant, near, conv in data[matching]:
-        weights = ti.ASSISTANT_WEIGHTS if to_assistant else (1.0, 0.5, cos)
+        weights = (ti.ASSISTANT_WEIGHTS[:3] if to_assistant else (1.0, 0.5, cos)) + (reply_w,)
         total = index.ranking(sig, live, qv, weights, near, conv, feedback=not to_assistant)
         ranked = [q.turns[i].id for i in np.argsort(-total, kind="stable") if np.isfinite(total[i])]
         rows.append((br.score(ranked, q, 5)["any"], br.score(ranked, q, 10)["all"],
@@ -102,8 +105,8 @@ def main(path: str) -> None:
     best = max(GRID, key=lambda w: (table[w] @ gain).sum())
     print(f"on all {n} questions {best}: " + " / ".join(f"{x:.3f}" for x in table[best].mean(axis=0)))
     print(f"what the module holds {HELD}: " + " / ".join(f"{x:.3f}" for x in table[HELD].mean(axis=0)))
-    old = ("as written", 3.0, 4.0, 0.2, (0, 0.0))
-    print(f"before matching by singular and feedback {old}: "
+    old = ("singular", 3.0, 4.0, 0.2, (3, 1.0), 0.0)
+    print(f"before the reply's sentences {old}: "
           + " / ".join(f"{x:.3f}" for x in table[old].mean(axis=0)))
 
 

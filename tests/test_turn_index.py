@@ -125,3 +125,27 @@ def test_a_turn_near_the_best_turns_in_meaning_is_found_though_the_query_is_not(
     assert hits == ["u0", "u1"], hits
     # a question about what the assistant said has no feedback: its user turns are questions
     assert [u for u, _ in idx.search("rare", vec(1, 0), 5, to_assistant=True)] == ["u0"]
+
+
+def test_a_turn_is_found_by_one_sentence_of_its_reply():
+    """"The book you told me about": the answer is one sentence of a long reply. Every user
+    message and keyword is alike here; only turn 7's reply holds a sentence like the query."""
+    idx = TurnIndex(dim=4)
+    for i in range(12):
+        reply = [vec(0, 1, 0), vec(0, 1, 0.2), vec(0, 1, -0.2)]
+        if i == 7:
+            reply[1] = vec(0, 0, 1)
+        idx.add(f"u{i}", f"User: note {i}\nAssistant: a long reply", T0 + timedelta(days=i), vec(1, 0), reply)
+    found = idx.search("which one was it", vec(1, 0), 3, reply_vector=vec(0, 0, 1))
+    assert found[0][0] == "u7"
+    idx.remove(["u7"])
+    assert "u7" not in [u for u, _ in idx.search("which one was it", vec(1, 0), 12, reply_vector=vec(0, 0, 1))]
+
+
+def test_the_reply_sentences_are_kept_small():
+    """64 bytes a sentence, whatever the embedder's size: a long reply costs kilobytes."""
+    from memoryplus.engine.turn_index import REPLY_DIM, compact, reply_sentences
+    sentences = reply_sentences("User: hi\nAssistant: One. Two! Three?\nFour")
+    assert sentences == ["One.", "Two!", "Three?", "Four"]
+    kept = compact(np.random.default_rng(0).normal(size=(len(sentences), 256)))
+    assert kept.dtype == np.int8 and kept.shape == (4, REPLY_DIM)
