@@ -57,12 +57,14 @@ async def fuse(pool: BankPool, bank: Bank, res, as_of: datetime | None,
     ep_scores = [s for _, s in pairs] if turns is not None else scaled([s for _, s in pairs], len(pairs))
     edges = list(res.edges)
     edge_scores = scaled(res.edge_reranker_scores, len(edges))
-    candidates = sorted(   # stable: on a tie, facts before entities before turns
-        [("fact", e, round(KIND_WEIGHT["fact"] * s * (1 + RATING_STEP * rating(e.attributes)), 6))
-         for e, s in zip(edges, edge_scores)]
+    # stable: on a tie, turns before facts before entities (the best fact, 0.2, ties the 5th
+    # turn, 1/5: the turn holds what the fact was drawn from, and more)
+    candidates = sorted(
+        [("episode", e, round(KIND_WEIGHT["episode"] * s, 6)) for e, s in zip(episodes, ep_scores)]
+        + [("fact", e, round(KIND_WEIGHT["fact"] * s * (1 + RATING_STEP * rating(e.attributes)), 6))
+           for e, s in zip(edges, edge_scores)]
         + [("entity", n, round(KIND_WEIGHT["entity"] * s * (1 + RATING_STEP * rating(n.attributes)), 6))
-           for n, s in zip(nodes, node_scores)]
-        + [("episode", e, round(KIND_WEIGHT["episode"] * s, 6)) for e, s in zip(episodes, ep_scores)],
+           for n, s in zip(nodes, node_scores)],
         key=lambda c: c[2], reverse=True)
     want = len(candidates) if limit is None else limit
     out: list[SearchResult] = []
