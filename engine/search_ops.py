@@ -186,7 +186,7 @@ class SearchOps:
             as_utc(ref or datetime.now(timezone.utc)) - timedelta(days=back), back)
         hits = index.search(text, vec, depth, as_utc(until) if until else None, related,
                             to_assistant=local_extract.asks_about_assistant(text), pointed=pointed,
-                            reply_vector=reply_query(bank.embedder, text))
+                            reply_vector=reply_query(bank.embedder, text, vec))
         rows = await self.pool.episodes(bank, [u for u, _ in hits])
         hits = [u for u, _ in hits if u in rows]
         edges = list({e for u in hits for e in rows[u]["entity_edges"] or []})

@@ -100,10 +100,16 @@ def reply_vectors(bank_embedder, body: str) -> np.ndarray | None:
     return None if by is None else embed_rows(by, reply_sentences(body), REPLY_DIM)
 
 
-def reply_query(bank_embedder, query: str) -> np.ndarray | None:
-    """The query's vector for the reply signal (TurnIndex.search's `reply_vector`)."""
+def reply_query(bank_embedder, query: str, query_vector=None) -> np.ndarray | None:
+    """The query's vector for the reply signal (TurnIndex.search's `reply_vector`). When the
+    bank's own embedder embeds the sentences, `query_vector` (the bank's vector of `query`)
+    is it already: compact_query keeps its first REPLY_DIM dimensions."""
     by = sentence_embedder(bank_embedder)
-    return None if by is None else embed_rows(by, [query], REPLY_DIM)[0]
+    if by is None:
+        return None
+    if by is bank_embedder and query_vector is not None:
+        return np.asarray(query_vector, np.float32)
+    return embed_rows(by, [query], REPLY_DIM)[0]
 
 
 def compact(vectors) -> np.ndarray:

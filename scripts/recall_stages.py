@@ -51,7 +51,7 @@ async def stages(engine: MemoryEngine, name: str, q: br.DevQuestion) -> dict:
         index = await ops.turn_index(b)
         vec = await b.embedder.create(clean_query(turn_text))
         sig, live = index.signals(clean_query(turn_text), vec, horizon, related,
-                                  reply_query(b.embedder, clean_query(turn_text)))
+                                  reply_query(b.embedder, clean_query(turn_text), vec))
         hits, ended = await ops._turn_hits(b, clean_query(turn_text), horizon, 50, past, related)
         flt = search_filter(None, horizon)
         res = await b.graphiti.search_(clean_query(graph_text), config=search_config(engine.settings.search_depth),

@@ -59,7 +59,7 @@ def signals(path: str) -> dict[str, list[tuple]]:
                 index = ti.TurnIndex(dim=emb.dim)
                 for t, v, r in zip(q.turns, users, replies):
                     index.add(t.id, f"User: {t.user}\nAssistant: {t.assistant}", t.time, v, r)
-                sig, live = index.signals(q.question, qv, reply_vector=ti.reply_query(emb, q.question))
+                sig, live = index.signals(q.question, qv, reply_vector=ti.reply_query(emb, q.question, qv))
                 back = local_extract.days_ago(q.question)
                 near = None if back is None else index.near(q.date - timedelta(days=back), back)
                 rows.append((q, index, qv, sig, live, local_extract.asks_about_assistant(q.question), near,
