@@ -88,7 +88,7 @@ class ForgetOps:
         words = {w.lower() for w in WORD.findall(text) if len(w) > 2} - MATCH_STOP_WORDS
         if not words:
             return []
-        results = await self.searcher.ranked(bank, text, 50, None)
+        results = await self.searcher.ranked(bank, text, 50, None, whole=True)
         strong = []
         for r in results:
             # An entity matches by its name, not its summary: a hub such as "User" sums up

@@ -20,6 +20,7 @@ from memoryplus.engine import extract as local_extract
 from memoryplus.engine import graph_index
 from memoryplus.engine.bank_pool import Bank, BankPool
 from memoryplus.engine.episodes import COMPLETE, EpisodeMeta, ts
+from memoryplus.engine.excerpts import excerpts
 from memoryplus.engine.fusion import covering, fuse
 from memoryplus.engine.turn_index import TurnIndex, reply_query, reply_vectors, split_body
 from memoryplus.wire.records import SearchResult, as_utc
@@ -77,8 +78,10 @@ class SearchOps:
             return await self.pool.run(bank, self.ranked(bank, query, limit, as_of, horizon))
 
     async def ranked(self, bank: Bank, query: str, limit: int, as_of: datetime | None,
-                     now: datetime | None = None) -> list[SearchResult]:
-        """The search itself, on an open bank (search() waits for its transaction first)."""
+                     now: datetime | None = None, whole: bool = False) -> list[SearchResult]:
+        """The search itself, on an open bank (search() waits for its transaction first).
+        A long turn comes as its best sentences for the query (excerpts.py); `whole`: as
+        stored (what forgetting it would delete)."""
         text = clean_query(query)
         if not text:
             return []
@@ -88,7 +91,12 @@ class SearchOps:
         turns, graph, related = await self._read(bank, query)
         out = await self._search_once(bank, clean_query(graph), as_of, past, limit, now,
                                       clean_query(turns), related)
-        return covering(out, limit)
+        out = covering(out, limit)
+        if not whole:
+            shown = [r for r in out if r.kind == "episode"]
+            for r, text in zip(shown, excerpts([r.text for r in shown], turns, bank.embedder)):
+                r.text = text
+        return out
 
     async def _read(self, bank: Bank, query: str) -> tuple[str, str, list[str]]:
         """The query in the bank's words: (for the turn index, for graphiti's search, the
