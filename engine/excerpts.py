@@ -17,7 +17,7 @@ import numpy as np
 
 from memoryplus.common.text import PROMPT_TOKEN, split_sentences
 from memoryplus.engine.embedders import embed_rows, sentence_embedder
-from memoryplus.engine.turn_index import REPLY_DIM, split_body, tokens as stems
+from memoryplus.engine.turn_index import REPLY_DIM, compact_query, split_body, tokens as stems
 
 EXCERPT_TOKENS = 250        # a turn up to this many prompt tokens is shown whole
 KEYWORD_WEIGHT = 0.5
@@ -32,27 +32,57 @@ def prompt_tokens(text: str) -> int:
 def excerpt(body: str, query: str, bank_embedder, budget: int = EXCERPT_TOKENS) -> str:
     """`body` (Turn.body: 'User: …' / 'Assistant: …') in at most ~`budget` prompt tokens
     (its labels and gap marks on top)."""
-    return excerpts([body], query, bank_embedder, budget)[0]
+    return excerpts([body], query, bank_embedder, budget=budget)[0]
 
 
-def excerpts(bodies: list[str], query: str, bank_embedder, budget: int = EXCERPT_TOKENS) -> list[str]:
-    """excerpt() of each body, the sentences of all of them embedded at once."""
+def excerpts(bodies: list[str], query: str, bank_embedder, replies: list | None = None,
+             budget: int = EXCERPT_TOKENS) -> list[str]:
+    """excerpt() of each body. `replies`: per body, the turn index's compact vectors of its
+    reply's sentences (TurnIndex.reply_rows; None: not known), so that a search embeds
+    only the user's sentences again (a reply has ~23; embedding them took ~2 ms a turn)."""
     out = list(bodies)
     long = {}
     for n, body in enumerate(bodies):
         if prompt_tokens(body) > budget:
             user, assistant = split_body(body)
-            parts = [(role, s) for role, text in (("User", user), ("Assistant", assistant))
-                     for s in split_sentences(text)]
-            if parts:
-                long[n] = parts
+            mine, theirs = split_sentences(user), split_sentences(assistant)
+            if mine or theirs:
+                long[n] = (mine, theirs)
     if not long:
         return out
-    scores = _scores([s for parts in long.values() for _, s in parts], query, bank_embedder)
+    q = set(stems(query))
+    by = sentence_embedder(bank_embedder)
+    # the user's sentences, and any reply the index holds no vectors of, embedded at once
+    fresh: list[str] = []
+    known: dict[int, np.ndarray] = {}
+    for n, (mine, theirs) in long.items():
+        rows = replies[n] if replies is not None else None
+        if rows is not None and len(rows) == len(theirs):
+            known[n] = rows
+            fresh += mine
+        else:
+            fresh += mine + theirs
+    query_row, fresh_rows = None, None
+    if by is not None:
+        rows = embed_rows(by, [query, *fresh], REPLY_DIM)
+        rows = rows / np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-9)
+        query_row, fresh_rows = rows[0], rows[1:]
     at = 0
-    for n, parts in long.items():
-        out[n] = _chosen(parts, scores[at:at + len(parts)].copy(), budget)
-        at += len(parts)
+    for n, (mine, theirs) in long.items():
+        sentences = mine + theirs
+        kw = np.array([len(q & set(stems(s))) / len(q) if q else 0.0 for s in sentences], np.float32)
+        score = KEYWORD_WEIGHT * kw
+        if query_row is not None:
+            if n in known:
+                cos = np.concatenate([fresh_rows[at:at + len(mine)] @ query_row,
+                                      known[n].astype(np.float32) @ compact_query(query_row)])
+                at += len(mine)
+            else:
+                cos = fresh_rows[at:at + len(sentences)] @ query_row
+                at += len(sentences)
+            score = score + cos
+        parts = [("User", s) for s in mine] + [("Assistant", s) for s in theirs]
+        out[n] = _chosen(parts, score, budget)
     return out
 
 
@@ -73,17 +103,6 @@ def _chosen(parts: list[tuple[str, str]], score: np.ndarray, budget: int) -> str
         ends = [m.end() for m in PROMPT_TOKEN.finditer(sentence)]
         return f"{role}: {sentence[:ends[budget - 1]]} {GAP}"
     return _joined(parts, sorted(chosen))
-
-
-def _scores(sentences: list[str], query: str, bank_embedder) -> np.ndarray:
-    q = set(stems(query))
-    kw = np.array([len(q & set(stems(s))) / len(q) if q else 0.0 for s in sentences], np.float32)
-    by = sentence_embedder(bank_embedder)
-    if by is None:
-        return KEYWORD_WEIGHT * kw
-    rows = embed_rows(by, [query, *sentences], REPLY_DIM)
-    rows = rows / np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-9)
-    return rows[1:] @ rows[0] + KEYWORD_WEIGHT * kw
 
 
 def _joined(parts: list[tuple[str, str]], chosen: list[int]) -> str:

@@ -94,7 +94,9 @@ class SearchOps:
         out = covering(out, limit)
         if not whole:
             shown = [r for r in out if r.kind == "episode"]
-            for r, text in zip(shown, excerpts([r.text for r in shown], turns, bank.embedder)):
+            index = bank.turns
+            replies = [index.reply_rows(r.id) if index is not None else None for r in shown]
+            for r, text in zip(shown, excerpts([r.text for r in shown], turns, bank.embedder, replies)):
                 r.text = text
         return out
 

@@ -209,6 +209,12 @@ class TurnIndex:
         self._replies.append(compact(reply_vectors))
         self._matrix = self._conversations = self._reply_matrix = None
 
+    def reply_rows(self, uuid: str) -> np.ndarray | None:
+        """The compact vectors of a stored turn's reply sentences (compact()), one row per
+        sentence of reply_sentences(body); None for a turn the index does not hold."""
+        i = self.slot.get(uuid)
+        return None if i is None else self._replies[i]
+
     def remove(self, uuids) -> None:
         for u in uuids:
             i = self.slot.pop(u, None)

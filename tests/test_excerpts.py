@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from memoryplus.engine.excerpts import EXCERPT_TOKENS, GAP, excerpt, prompt_tokens
+from memoryplus.engine.excerpts import EXCERPT_TOKENS, GAP, excerpt, excerpts, prompt_tokens
 from memoryplus.engine.embedders import LocalEmbedder
 from memoryplus.plugin.memory_block import build_block
 from memoryplus.wire.records import Turn
@@ -47,6 +47,18 @@ def test_a_long_turn_keeps_the_answer_in_order_and_says_what_it_left_out():
     flat = body.replace("\n", " ").split(" ")
     positions = [flat.index(w) for w in kept if w in flat and w not in (GAP,)]
     assert positions[:5] == sorted(positions[:5])
+
+
+def test_the_reply_vectors_the_index_holds_pick_the_same_sentences():
+    """A search reuses the turn index's vectors of the reply's sentences instead of
+    embedding them again: the excerpt is the same."""
+    from memoryplus.engine.turn_index import compact, reply_vectors
+    embedder, body = LocalEmbedder(), long_turn().body()
+    question = "Which book did you suggest I read?"
+    held = [compact(reply_vectors(embedder, body))]
+    assert excerpts([body], question, embedder, held) == excerpts([body], question, embedder)
+    # vectors of another turn (a different number of sentences) are not used
+    assert excerpts([body], question, embedder, [held[0][:3]]) == excerpts([body], question, embedder)
 
 
 def test_one_sentence_longer_than_the_budget_is_cut_with_a_gap_mark():
