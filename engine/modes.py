@@ -44,6 +44,9 @@ class ModeSpec:
     gate: bool                                        # MemoryGate: decide per turn whether to store
     cues: dict[str, tuple[str, ...]]                  # entity type -> lowercase cue words (local typing)
     emotion_sensitivity: str = "Medium"               # Low / Medium / High, for local emotion tags
+    # local extraction: a name only the assistant mentioned is an entity too (the modes that
+    # study what is said; the others skip "the assistant's explanations")
+    assistant_names: bool = False
 
     @property
     def tagging(self) -> bool:
@@ -266,6 +269,7 @@ class _Mode:
     edges: tuple[tuple[str, tuple[tuple[str, str], ...]], ...]   # (edge, signatures)
     instructions: str
     gate: bool = False
+    assistant_names: bool = False       # ModeSpec.assistant_names
 
 
 _SPEAKERS = (
@@ -367,7 +371,8 @@ _RESEARCH = _Mode(
         "sites, with year when given), data points with their exact values and units, and "
         "methods. Link every claim and data point to its source when one is named, and keep "
         "numbers exact. Mark claims that User or the assistant doubts or refutes with "
-        "CONTRADICTS rather than dropping them. Skip chit-chat."))
+        "CONTRADICTS rather than dropping them. Skip chit-chat."),
+    assistant_names=True)
 
 _DISCOURSE = _Mode(
     entities=("Person", "Issue", "Viewpoint", "Argument", "Opinion", "Evidence"),
@@ -385,7 +390,8 @@ _DISCOURSE = _Mode(
         "viewpoints and opinions each participant holds (attributed to that person), the "
         "arguments and evidence offered for and against them, and where participants agree "
         "or disagree. Phrase viewpoints and arguments as short neutral statements. When "
-        "someone changes their mind, state the new position explicitly."))
+        "someone changes their mind, state the new position explicitly."),
+    assistant_names=True)
 
 _RESOLVE = _Mode(
     entities=("Person", "Place", "Organization", "Concept"),
@@ -404,7 +410,8 @@ _RESOLVE = _Mode(
         "User said their dentist is Dr Okafor), resolve pronouns and nicknames, expand "
         "abbreviations once they are defined, and normalise spelling and capitalisation. "
         "Never merge two different entities that merely share a name; when a reference is "
-        "ambiguous, qualify it (\"Paris, Texas\") instead of guessing."))
+        "ambiguous, qualify it (\"Paris, Texas\") instead of guessing."),
+    assistant_names=True)
 
 _MEMORY_GATE = _Mode(
     entities=_CHATBOT.entities, edges=_CHATBOT.edges, gate=True,
@@ -516,4 +523,4 @@ def mode_spec(mode: str, custom_prompt: str = "", *, emotion_tagging: bool | Non
 
     return ModeSpec(name=name, entity_types=entity_types, edge_types=edge_types,
                     edge_type_map=edge_type_map, instructions=instructions, gate=spec.gate,
-                    cues=cues, emotion_sensitivity=sensitivity)
+                    cues=cues, emotion_sensitivity=sensitivity, assistant_names=spec.assistant_names)

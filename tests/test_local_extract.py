@@ -386,7 +386,7 @@ def test_precision_of_names(text):
     assert names <= {"bob"}, names
 
 
-def test_a_long_assistant_answer_adds_names_only():
+def test_a_long_assistant_answer_adds_no_names_of_its_own():
     body = (
         "User: My laptop keeps overheating when I play games. I'm on Ubuntu 22.04 with an "
         "Nvidia card.\n"
@@ -400,8 +400,11 @@ def test_a_long_assistant_answer_adds_names_only():
         "warranty might still be valid.\nLet me know how it goes!")
     result = extract(body, CHATBOT)
     assert result.facts == []
-    assert {e.name for e in result.entities} == {"Ubuntu 22.04", "Nvidia", "Software & Updates",
-                                                 "Additional Drivers", "Lenovo"}
+    # the user's own names; the reply's ("Lenovo", "Additional Drivers") are its explanations
+    assert {e.name for e in result.entities} == {"Ubuntu 22.04", "Nvidia"}
+    # a mode that studies what is said keeps the assistant's names too
+    assert {e.name for e in extract(body, mode_spec("Research", topic_tagging=False)).entities} == {
+        "Ubuntu 22.04", "Nvidia", "Software & Updates", "Additional Drivers", "Lenovo"}
 
 
 def test_invariants_on_random_input():

@@ -49,6 +49,9 @@ class _Collector:
         self.facts: dict[tuple[str, str, str], LocalFact] = {}
         self.said_in: tuple[str, str] = ("User", "")    # (speaker, sentence) being read
         self.origin: dict[tuple[str, str, str], tuple[str, str]] = {}
+        # names the user said (or a rule found): a name only the assistant's reply mentions is
+        # no entity unless a fact uses it or the mode keeps them (ModeSpec.assistant_names)
+        self.by_user: set[str] = set()
         self.cue_index: list[tuple[str, frozenset[str]]] = [
             (t, frozenset(c)) for t, c in spec.cues.items() if t not in ("Emotion", "Topic")]
 
@@ -72,6 +75,8 @@ class _Collector:
         if not name:
             return
         key = _lower(name)
+        if self.said_in[0] != "Assistant":
+            self.by_user.add(key)
         type_name, score = self.type_for(name, context, hints, own_words)
         current = self.entities.get(key)
         if current is None:
@@ -116,7 +121,9 @@ class _Collector:
                {_lower(f.object) for f in self.facts.values()}
         # A bare mention that only starts a fact's longer name ("Italian" of "Italian food").
         prefixes = {" ".join(u.split()[:k]) for u in used for k in range(1, len(u.split()))}
+        tag = ("Emotion", "Topic")
         entities = [e for k, e in self.entities.items()
-                    if (e.name not in ("User", "Assistant") or k in used)
-                    and (k in used or k not in prefixes or e.type in ("Emotion", "Topic"))]
+                    if k in used or (e.name not in ("User", "Assistant")
+                                     and (k not in prefixes or e.type in tag)
+                                     and (k in self.by_user or e.type in tag or self.spec.assistant_names))]
         return LocalExtraction(entities=entities, facts=list(self.facts.values()))
