@@ -445,7 +445,7 @@ def run_bench(mode: str = "quick", json_path: str | os.PathLike | None = None, *
         server.stop()
         if tmp is not None:
             tmp.cleanup()
-    out.update(bench_recall.dev_for_mode(mode, recall_file, recall_limit, out))
+    out.update(bench_recall.dev_for_mode(mode, recall_file, recall_limit))
     out["seconds"] = time.monotonic() - started
     out["growth"] = growth.get("points", [])
     out["rss_points_ours"] = [list(p) for p in growth.get("ours", [])]

@@ -46,6 +46,11 @@ DEV_RELATIVE = Path("..") / "shared" / "data" / "longmemeval" / "dev.json.gz"
 QUICK_LIMIT = 6          # one question per type: each haystack is ~500 long turns (~30-40 s)
 BATCH = 5                # turns per ingest call, as the plugin's queue batches them
 WARM_UP = "What did we talk about last time?"
+# The first SHORT_TWINS questions also store as many of the bench's own short turns
+# (testing/make_recall_data.generate_turns) in a fresh bank, the same way, at the same dates,
+# one before the other by turns: long-turn ingest ÷ short-turn ingest measured in one set-up
+# (the plugin's rate comes from its worker and one growing bank: another set-up, ±30%).
+SHORT_TWINS = 4
 
 _DATE = re.compile(r"(\d{4})/(\d{1,2})/(\d{1,2})(?:\s*\([^)]*\))?(?:\s+(\d{1,2}):(\d{2}))?")
 
@@ -234,6 +239,19 @@ def _say(text: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
 
 
+async def _short_twin(engine, bank: str, q: DevQuestion, rec: dict) -> None:
+    """As many short turns as `q` has, stored as _one stores its turns (SHORT_TWINS)."""
+    from memoryplus.testing.make_recall_data import generate_turns
+    from memoryplus.wire.records import Turn
+    turns = [Turn(id=tid, user=user, assistant=asst, time=t.time)
+             for (tid, user, asst), t in zip(generate_turns(len(q.turns)), q.turns)]
+    t0 = time.perf_counter()
+    for i in range(0, len(turns), BATCH):
+        await engine.ingest(bank, turns[i:i + BATCH], defer_flush=i + BATCH < len(turns))
+    rec["short_ingest_s"] = time.perf_counter() - t0
+    rec["short_turns"] = len(turns)
+
+
 async def _one(engine, bank: str, q: DevQuestion, rec: dict) -> None:
     from memoryplus.plugin.memory_block import tokens
     from memoryplus.engine.search_ops import clean_query, search_filter
@@ -304,6 +322,11 @@ def summarize(records: list[dict]) -> dict[str, Any]:
     out["dev_abstention_results"] = _mean(abst)
     turns, secs = sum(r["turns"] for r in records), sum(r["ingest_s"] for r in records)
     out["long_turn_ingest_turns_per_s"] = turns / secs if secs else float("nan")
+    twins = [r for r in records if r.get("short_turns")]
+    if twins:
+        rate = lambda n, s: sum(r[n] for r in twins) / sum(r[s] for r in twins)   # noqa: E731
+        out["short_turn_ingest_turns_per_s"] = rate("short_turns", "short_ingest_s")
+        out["long_vs_short_ingest_ratio"] = rate("turns", "ingest_s") / out["short_turn_ingest_turns_per_s"]
     ms = [r["search_ms"] for r in records]
     gms = [r["graphiti_ms"] for r in records]
     out["dev_search_ms_p50"], out["dev_search_ms_p95"] = pct(ms, 50), pct(ms, 95)
@@ -333,11 +356,13 @@ def run_dev(path: str | Path, limit: int | None = None, *, workdir: Path | None 
                 q = to_question(item)
                 bank = f"dev-{n}"
                 rec = {"type": q.qtype, "abstention": q.abstention}
-                try:
-                    await _one(engine, bank, q, rec)
-                finally:
-                    if engine.known(bank):
-                        await engine.clear(bank)
+                steps = [(bank, _one)] + ([(f"short-{n}", _short_twin)] if n < SHORT_TWINS else [])
+                for name, step in steps[::-1] if n % 2 else steps:
+                    try:
+                        await step(engine, name, q, rec)
+                    finally:
+                        if engine.known(name):
+                            await engine.clear(name)
                 records.append(rec)
                 hit = rec.get("ours_at10", {}).get("any")
                 _say(f"recall {n + 1}/{len(raw)} ({q.qtype}): {rec['turns']} turns in {rec['ingest_s']:.0f} s, "
@@ -381,7 +406,9 @@ def print_dev(out: dict, stream=sys.stdout) -> None:
           f"top 10: {out['dev_tokens_at10']:.0f} (BM25 {out['dev_tokens_at10_bm25']:.0f}); "
           f"results on {out['dev_abstention_questions']} abstention questions: "
           f"{out['dev_abstention_results']:.1f}", file=stream)
-    print(f"long-turn ingest {out['long_turn_ingest_turns_per_s']:.1f} turns/s; search p50 "
+    twin = (f" ({out['long_vs_short_ingest_ratio']:.2f} of short turns stored the same way, "
+            f"{out['short_turn_ingest_turns_per_s']:.1f} turns/s)" if "long_vs_short_ingest_ratio" in out else "")
+    print(f"long-turn ingest {out['long_turn_ingest_turns_per_s']:.1f} turns/s{twin}; search p50 "
           f"{out['dev_search_ms_p50']:.0f} ms, p95 {out['dev_search_ms_p95']:.0f} ms (graphiti search_ p95 "
           f"{out['dev_graphiti_search_ms_p95']:.0f} ms)", file=stream)
     stream.flush()
@@ -403,7 +430,7 @@ def not_measured() -> str:
             "or gzipped) to measure recall on real conversations.")
 
 
-def dev_for_mode(mode: str, path: str | Path | None, limit: int | None, out: dict) -> dict[str, Any]:
+def dev_for_mode(mode: str, path: str | Path | None, limit: int | None) -> dict[str, Any]:
     """The recall section of a bench run: the given file, else the dev split where developers
     and CI keep it (quick and full runs only); else a plain note that it was not measured."""
     path = path or (find_dev() if mode in ("quick", "full") else None)
@@ -412,11 +439,7 @@ def dev_for_mode(mode: str, path: str | Path | None, limit: int | None, out: dic
     if limit is None:
         limit = {"smoke": 1, "quick": QUICK_LIMIT}.get(mode)
     _say(f"recall on real conversations: {Path(path).name}" + (f", {limit} questions" if limit else ""))
-    dev = run_dev(path, limit)
-    short = out.get("local_ingest_turns_per_s")
-    if short:
-        dev["long_vs_short_ingest_ratio"] = dev["long_turn_ingest_turns_per_s"] / short
-    return dev
+    return run_dev(path, limit)
 
 
 def run_section(path: str | Path | None, limit: int | None, json_path=None, stream=sys.stdout) -> dict:

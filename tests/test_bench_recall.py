@@ -107,6 +107,11 @@ def test_summary_skips_abstention_for_recall_and_counts_its_results():
     assert out["dev_abstention_results"] == 3
     assert out["dev_tokens_at5"] == 50 and out["dev_tokens_at5_bm25"] == 100
     assert out["long_turn_ingest_turns_per_s"] == 10.0
+    assert "long_vs_short_ingest_ratio" not in out      # no short turns were stored beside
+    twin = rec("a", False, 1.0, 1.0, 10) | {"turns": 10, "ingest_s": 2.0, "short_turns": 10, "short_ingest_s": 0.5}
+    out = br.summarize([twin, rec("b", False, 1.0, 1.0, 10)])
+    # the ratio is of the questions that had a short twin, not of all of them
+    assert out["short_turn_ingest_turns_per_s"] == 20.0 and out["long_vs_short_ingest_ratio"] == 0.25
 
 
 def test_stratified_subset_keeps_every_type():
@@ -140,7 +145,8 @@ def test_recall_bench_end_to_end_on_the_tiny_file(tmp_path):
         assert 0 <= data[key] <= 1 and 0 <= data[key + "_bm25"] <= 1
     assert set(data["dev_by_type"]) == {"single-session-user", "multi-session"}
     assert data["dev_questions"] == 3 and data["dev_abstention_questions"] == 1
-    for key in ("dev_tokens_at5", "dev_tokens_at5_bm25", "long_turn_ingest_turns_per_s", "dev_search_ms_p95"):
+    for key in ("dev_tokens_at5", "dev_tokens_at5_bm25", "long_turn_ingest_turns_per_s", "dev_search_ms_p95",
+                "short_turn_ingest_turns_per_s", "long_vs_short_ingest_ratio"):
         assert data[key] > 0
     assert data["dev_any_at10"] == 1.0        # five turns: every evidence turn is in the top 10
     assert "real conversations" in proc.stdout
