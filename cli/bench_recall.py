@@ -46,7 +46,7 @@ DEV_RELATIVE = Path("..") / "shared" / "data" / "longmemeval" / "dev.json.gz"
 QUICK_LIMIT = 6          # one question per type: each haystack is ~500 long turns (~30-40 s)
 BATCH = 5                # turns per ingest call, as the plugin's queue batches them
 WARM_UP = "What did we talk about last time?"
-# The first SHORT_TWINS questions also store as many of the bench's own short turns
+# SHORT_TWINS questions (from the second on) also store as many of the bench's own short turns
 # (testing/make_recall_data.generate_turns) in a fresh bank, the same way, at the same dates,
 # one before the other by turns: long-turn ingest ÷ short-turn ingest measured in one set-up
 # (the plugin's rate comes from its worker and one growing bank: another set-up, ±30%).
@@ -356,7 +356,9 @@ def run_dev(path: str | Path, limit: int | None = None, *, workdir: Path | None 
                 q = to_question(item)
                 bank = f"dev-{n}"
                 rec = {"type": q.qtype, "abstention": q.abstention}
-                steps = [(bank, _one)] + ([(f"short-{n}", _short_twin)] if n < SHORT_TWINS else [])
+                # not the first question: its turns are the process's first (models loading)
+                twin = 0 < n <= SHORT_TWINS or len(raw) == 1
+                steps = [(bank, _one)] + ([(f"short-{n}", _short_twin)] if twin else [])
                 for name, step in steps[::-1] if n % 2 else steps:
                     try:
                         await step(engine, name, q, rec)

@@ -3,19 +3,22 @@
 A turn of a real conversation runs to hundreds of words (the assistant's replies on
 LongMemEval average ~23 sentences), and the memory block skips a memory longer than what is
 left of its budget (plugin/memory_block.build_block): the most relevant turn would be the
-first to go. A turn over EXCERPT_TOKENS is therefore shown as its best sentences for the
-query, each with the sentence after it when there is room (what follows "I got a new bike"
+first to go. A turn over EXCERPT_TOKENS is therefore shown as its user message (whole, up to
+USER_WHOLE tokens) and the best sentences of the rest for the query, each with the sentence after it when there is room (what follows "I got a new bike"
 says which), in their order, "…" where something was left out, under its "User:" and
 "Assistant:" labels. A sentence's score is the cosine of the offline embedder between it and
 the query plus KEYWORD_WEIGHT × the share of the query's words it holds. The turn's first
-sentence starts with a bonus (FIRST_BONUS): it usually says what the turn is about.
+sentence starts with a bonus (FIRST_BONUS): it usually says what the turn is about. The
+reply's sentence vectors are the turn index's (no reply is embedded again per search).
 Chosen on the dev split (scripts/excerpt_budget.py, docs/PERFORMANCE.md).
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
-from memoryplus.common.text import PROMPT_TOKEN, split_sentences
+from memoryplus.common.text import KEYWORD_STOP_WORDS, PROMPT_TOKEN, split_sentences, stem
 from memoryplus.engine.embedders import embed_rows, sentence_embedder
 from memoryplus.engine.turn_index import REPLY_DIM, compact_query, split_body, tokens as stems
 
@@ -23,6 +26,7 @@ EXCERPT_TOKENS = 250        # a turn up to this many prompt tokens is shown whol
 KEYWORD_WEIGHT = 0.5
 FIRST_BONUS = 0.1
 GAP = "…"
+USER_WHOLE = 125            # a user message up to this many tokens is kept whole in an excerpt
 
 
 def prompt_tokens(text: str) -> int:
@@ -38,59 +42,82 @@ def excerpt(body: str, query: str, bank_embedder, budget: int = EXCERPT_TOKENS) 
 def excerpts(bodies: list[str], query: str, bank_embedder, replies: list | None = None,
              budget: int = EXCERPT_TOKENS) -> list[str]:
     """excerpt() of each body. `replies`: per body, the turn index's compact vectors of its
-    reply's sentences (TurnIndex.reply_rows; None: not known), so that a search embeds
-    only the user's sentences again (a reply has ~23; embedding them took ~2 ms a turn)."""
+    reply's sentences (TurnIndex.reply_rows; None: not known), so that a search embeds no
+    reply again (a reply has ~23 sentences; embedding them took ~2 ms a turn)."""
     out = list(bodies)
-    long = {}
+    long: dict[int, tuple[list[str], list[str], list[int], bool]] = {}
     for n, body in enumerate(bodies):
-        if prompt_tokens(body) > budget:
-            user, assistant = split_body(body)
-            mine, theirs = split_sentences(user), split_sentences(assistant)
-            if mine or theirs:
-                long[n] = (mine, theirs)
+        if prompt_tokens(body) <= budget:
+            continue
+        user, assistant = split_body(body)
+        # a short user message is kept whole: it is the user's memory, and the part a
+        # question about what the user said needs (it needs no splitting either)
+        whole = prompt_tokens(user) <= USER_WHOLE
+        mine = ([user] if user.strip() else []) if whole else split_sentences(user)
+        theirs = split_sentences(assistant)
+        if mine or theirs:
+            long[n] = (mine, theirs, [prompt_tokens(s) for s in mine + theirs], whole)
     if not long:
         return out
-    q = set(stems(query))
+    words = _query_words(query)
     by = sentence_embedder(bank_embedder)
-    # the user's sentences, and any reply the index holds no vectors of, embedded at once
-    fresh: list[str] = []
-    known: dict[int, np.ndarray] = {}
-    for n, (mine, theirs) in long.items():
-        rows = replies[n] if replies is not None else None
-        if rows is not None and len(rows) == len(theirs):
-            known[n] = rows
-            fresh += mine
-        else:
-            fresh += mine + theirs
-    query_row, fresh_rows = None, None
+    # what is scored by its vector: the sentences of a long user message, and of a reply
+    # the index holds no vectors of; embedded in one call
+    held = {n: replies[n] for n, (_, theirs, _, _) in long.items()
+            if replies is not None and replies[n] is not None and len(replies[n]) == len(theirs)}
+    fresh = [s for n, (mine, theirs, _, whole) in long.items()
+             for s in ([] if whole else mine) + ([] if n in held else theirs)]
+    vectors = None
     if by is not None:
         rows = embed_rows(by, [query, *fresh], REPLY_DIM)
-        rows = rows / np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-9)
-        query_row, fresh_rows = rows[0], rows[1:]
-    at = 0
-    for n, (mine, theirs) in long.items():
+        vectors = rows / np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-9)
+    at = 1
+    for n, (mine, theirs, cost, whole) in long.items():
         sentences = mine + theirs
-        kw = np.array([len(q & set(stems(s))) / len(q) if q else 0.0 for s in sentences], np.float32)
-        score = KEYWORD_WEIGHT * kw
-        if query_row is not None:
-            if n in known:
-                cos = np.concatenate([fresh_rows[at:at + len(mine)] @ query_row,
-                                      known[n].astype(np.float32) @ compact_query(query_row)])
-                at += len(mine)
-            else:
-                cos = fresh_rows[at:at + len(sentences)] @ query_row
-                at += len(sentences)
-            score = score + cos
+        score = KEYWORD_WEIGHT * _keyword_share(sentences, words)
+        if vectors is not None:
+            for first, count, rows in ((0, 0 if whole else len(mine), None),
+                                       (len(mine), len(theirs), held.get(n))):
+                if rows is not None:
+                    score[first:first + count] += rows.astype(np.float32) @ compact_query(vectors[0])
+                elif count:
+                    score[first:first + count] += vectors[at:at + count] @ vectors[0]
+                    at += count
         parts = [("User", s) for s in mine] + [("Assistant", s) for s in theirs]
-        out[n] = _chosen(parts, score, budget)
+        out[n] = _chosen(parts, cost, score, budget, keep=len(mine) if whole else 0)
     return out
 
 
-def _chosen(parts: list[tuple[str, str]], score: np.ndarray, budget: int) -> str:
+def _query_words(query: str) -> tuple[re.Pattern | None, dict[str, str], int]:
+    """The query's words (by their singular, as the turn index matches them) as one pattern
+    over a lower-cased sentence, each spelling found mapped to its word, and their number."""
+    words = set(stems(query))
+    spelled: dict[str, str] = {}
+    for w in words:
+        for x in (w, w + "s", w[:-1] + "ies" if w.endswith("y") else w):
+            if stem(x) == w and x not in KEYWORD_STOP_WORDS:
+                spelled[x] = w
+    if not spelled:
+        return None, {}, len(words)
+    alternatives = "|".join(sorted(map(re.escape, spelled), key=len, reverse=True))
+    return re.compile(rf"(?<![a-z0-9])(?:{alternatives})(?![a-z0-9])"), spelled, len(words)
+
+
+def _keyword_share(sentences: list[str], words) -> np.ndarray:
+    """Per sentence, the share of the query's words it holds (the turn index's tokens)."""
+    pattern, spelled, n = words
+    if pattern is None:
+        return np.zeros(len(sentences), np.float32)
+    return np.array([len({spelled[m] for m in pattern.findall(s.lower())}) / n for s in sentences],
+                    np.float32)
+
+
+def _chosen(parts: list[tuple[str, str]], cost: list[int], score: np.ndarray, budget: int,
+            keep: int = 0) -> str:
+    """The best sentences by `score` within `budget`, the first `keep` of them in any case."""
     score[0] += FIRST_BONUS
-    cost = [prompt_tokens(s) for _, s in parts]
-    chosen: set[int] = set()
-    left = budget
+    chosen: set[int] = set(range(keep))
+    left = budget - sum(cost[:keep])
     for i in np.argsort(-score, kind="stable"):
         if left <= 0:
             break
