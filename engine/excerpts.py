@@ -45,9 +45,10 @@ def excerpts(bodies: list[str], query: str, bank_embedder, replies: list | None 
     reply's sentences (TurnIndex.reply_rows; None: not known), so that a search embeds no
     reply again (a reply has ~23 sentences; embedding them took ~2 ms a turn)."""
     out = list(bodies)
-    long: dict[int, tuple[list[str], list[str], list[int], bool]] = {}
+    long: dict[int, tuple[list[str], list[str], bool]] = {}
     for n, body in enumerate(bodies):
-        if prompt_tokens(body) <= budget:
+        # a token is at least one character, and real text has far fewer than one per 8
+        if len(body) <= budget or (len(body) <= 8 * budget and prompt_tokens(body) <= budget):
             continue
         user, assistant = split_body(body)
         # a short user message is kept whole: it is the user's memory, and the part a
@@ -56,35 +57,36 @@ def excerpts(bodies: list[str], query: str, bank_embedder, replies: list | None 
         mine = ([user] if user.strip() else []) if whole else split_sentences(user)
         theirs = split_sentences(assistant)
         if mine or theirs:
-            long[n] = (mine, theirs, [prompt_tokens(s) for s in mine + theirs], whole)
+            long[n] = (mine, theirs, whole)
     if not long:
         return out
     words = _query_words(query)
     by = sentence_embedder(bank_embedder)
     # what is scored by its vector: the sentences of a long user message, and of a reply
     # the index holds no vectors of; embedded in one call
-    held = {n: replies[n] for n, (_, theirs, _, _) in long.items()
+    held = {n: replies[n] for n, (_, theirs, _) in long.items()
             if replies is not None and replies[n] is not None and len(replies[n]) == len(theirs)}
-    fresh = [s for n, (mine, theirs, _, whole) in long.items()
+    fresh = [s for n, (mine, theirs, whole) in long.items()
              for s in ([] if whole else mine) + ([] if n in held else theirs)]
-    vectors = None
+    vectors = compact = None
     if by is not None:
         rows = embed_rows(by, [query, *fresh], REPLY_DIM)
         vectors = rows / np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-9)
+        compact = compact_query(vectors[0])
     at = 1
-    for n, (mine, theirs, cost, whole) in long.items():
+    for n, (mine, theirs, whole) in long.items():
         sentences = mine + theirs
         score = KEYWORD_WEIGHT * _keyword_share(sentences, words)
         if vectors is not None:
             for first, count, rows in ((0, 0 if whole else len(mine), None),
                                        (len(mine), len(theirs), held.get(n))):
                 if rows is not None:
-                    score[first:first + count] += rows.astype(np.float32) @ compact_query(vectors[0])
+                    score[first:first + count] += rows.astype(np.float32) @ compact
                 elif count:
                     score[first:first + count] += vectors[at:at + count] @ vectors[0]
                     at += count
         parts = [("User", s) for s in mine] + [("Assistant", s) for s in theirs]
-        out[n] = _chosen(parts, cost, score, budget, keep=len(mine) if whole else 0)
+        out[n] = _chosen(parts, score, budget, keep=len(mine) if whole else 0)
     return out
 
 
@@ -112,17 +114,22 @@ def _keyword_share(sentences: list[str], words) -> np.ndarray:
                     np.float32)
 
 
-def _chosen(parts: list[tuple[str, str]], cost: list[int], score: np.ndarray, budget: int,
-            keep: int = 0) -> str:
+def _chosen(parts: list[tuple[str, str]], score: np.ndarray, budget: int, keep: int = 0) -> str:
     """The best sentences by `score` within `budget`, the first `keep` of them in any case."""
     score[0] += FIRST_BONUS
+    cost: dict[int, int] = {}           # counted when first looked at: most never are
+
+    def tokens_of(j: int) -> int:
+        if j not in cost:
+            cost[j] = prompt_tokens(parts[j][1])
+        return cost[j]
     chosen: set[int] = set(range(keep))
-    left = budget - sum(cost[:keep])
+    left = budget - sum(tokens_of(j) for j in range(keep))
     for i in np.argsort(-score, kind="stable"):
         if left <= 0:
             break
         for j in (int(i), int(i) + 1):      # the sentence, then what follows it
-            if j < len(parts) and j not in chosen and cost[j] <= left:
+            if j < len(parts) and j not in chosen and tokens_of(j) <= left:
                 chosen.add(j)
                 left -= cost[j]
     if not chosen:      # one sentence longer than the budget: its first words
