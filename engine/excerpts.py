@@ -4,12 +4,13 @@ A turn of a real conversation runs to hundreds of words (the assistant's replies
 LongMemEval average ~23 sentences), and the memory block skips a memory longer than what is
 left of its budget (plugin/memory_block.build_block): the most relevant turn would be the
 first to go. A turn over EXCERPT_TOKENS is therefore shown as its user message (whole, up to
-USER_WHOLE tokens) and the best sentences of the rest for the query, each with the sentence after it when there is room (what follows "I got a new bike"
-says which), in their order, "…" where something was left out, under its "User:" and
-"Assistant:" labels. A sentence's score is the cosine of the offline embedder between it and
-the query plus KEYWORD_WEIGHT × the share of the query's words it holds. The turn's first
-sentence starts with a bonus (FIRST_BONUS): it usually says what the turn is about. The
-reply's sentence vectors are the turn index's (no reply is embedded again per search).
+USER_WHOLE tokens) and the best sentences of the rest for the query, each with the sentence
+after it when there is room (what follows "I got a new bike" says which), in their order,
+"…" where something was left out, under its "User:" and "Assistant:" labels. A sentence's
+score is the cosine of the offline embedder between it and the query plus KEYWORD_WEIGHT ×
+the share of the query's words it holds. The turn's first sentence starts with a bonus
+(FIRST_BONUS): it usually says what the turn is about. The reply's sentence vectors are the
+turn index's (no reply is embedded again per search).
 Chosen on the dev split (scripts/excerpt_budget.py, docs/PERFORMANCE.md).
 """
 from __future__ import annotations

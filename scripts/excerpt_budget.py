@@ -1,8 +1,8 @@
 """How a long turn's excerpt (engine/excerpts.py) was sized: on LongMemEval's dev split, each
 evidence turn is cut for its question at several budgets, and two things are counted: how
 much of the answer survives (the answer's words the whole turn holds that the excerpt still
-holds, where it holds at least half of them; and, where the answer appears in the turn word for word, whether the excerpt keeps
-it), and the tokens left (issue 18, docs/PERFORMANCE.md).
+holds, where it holds at least half of them; and, where the answer appears in the turn word
+for word, whether the excerpt keeps it), and the tokens left (issue 18, docs/PERFORMANCE.md).
 
     python scripts/excerpt_budget.py ../shared/data/longmemeval/dev.json.gz [BUDGET ...]
 
