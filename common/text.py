@@ -48,6 +48,21 @@ PROMPT_TOKEN = re.compile(r"\w+|[^\w\s]", re.UNICODE)
 WORD = re.compile(r"\w+", re.UNICODE)
 COUNTED_WORD = re.compile(r"[^\W_]+(?:['’\-][^\W_]+)*")
 LEXICON_TOKEN = re.compile(r"[^\W_](?:[\w'’\-]*[^\W_])?[+#]*|[^\w\s]")
+
+
+def prompt_tokens(text: str) -> int:
+    """The prompt tokens of `text` (PROMPT_TOKEN): what a memory costs a token budget."""
+    return len(PROMPT_TOKEN.findall(text))
+
+
+def truncate_tokens(text: str, max_tokens: int) -> str:
+    """Cut text to about `max_tokens` tokens (words and punctuation marks)."""
+    count = 0
+    for m in PROMPT_TOKEN.finditer(text):
+        count += 1
+        if count > max_tokens:
+            return text[:m.start()].rstrip() + " …"
+    return text
 EXTRACTION_TOKEN = re.compile(
     r"https?://\S+"
     r"|[\w.+\-]+@[\w\-]+(?:\.[\w\-]+)+"

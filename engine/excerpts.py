@@ -19,7 +19,7 @@ import re
 
 import numpy as np
 
-from memoryplus.common.text import KEYWORD_STOP_WORDS, PROMPT_TOKEN, split_sentences, stem
+from memoryplus.common.text import KEYWORD_STOP_WORDS, prompt_tokens, split_sentences, stem, truncate_tokens
 from memoryplus.engine.embedders import embed_rows, sentence_embedder
 from memoryplus.engine.turn_index import REPLY_DIM, compact_query, split_body, tokens as stems
 
@@ -28,10 +28,6 @@ KEYWORD_WEIGHT = 0.5
 FIRST_BONUS = 0.1
 GAP = "…"
 USER_WHOLE = 125            # a user message up to this many tokens is kept whole in an excerpt
-
-
-def prompt_tokens(text: str) -> int:
-    return len(PROMPT_TOKEN.findall(text))
 
 
 def excerpt(body: str, query: str, bank_embedder, budget: int = EXCERPT_TOKENS) -> str:
@@ -135,14 +131,14 @@ def _chosen(parts: list[tuple[str, str]], score: np.ndarray, budget: int, keep: 
                 left -= cost[j]
     if not chosen:      # one sentence longer than the budget: its first words
         role, sentence = parts[int(np.argmax(score))]
-        ends = [m.end() for m in PROMPT_TOKEN.finditer(sentence)]
-        return f"{role}: {sentence[:ends[budget - 1]]} {GAP}"
+        return f"{role}: {truncate_tokens(sentence, budget)}"
     return _joined(parts, sorted(chosen))
 
 
 def _joined(parts: list[tuple[str, str]], chosen: list[int]) -> str:
     """The chosen sentences under their speakers' labels, "…" wherever sentences are left out."""
     picked = set(chosen)
+    last = {parts[i][0]: i for i in chosen}         # each speaker's last sentence shown
     lines: dict[str, list[str]] = {}
     for i in chosen:
         role, sentence = parts[i]
@@ -150,8 +146,6 @@ def _joined(parts: list[tuple[str, str]], chosen: list[int]) -> str:
         if i > 0 and parts[i - 1][0] == role and i - 1 not in picked:
             line.append(GAP)
         line.append(sentence)
-        after = i + 1
-        if after < len(parts) and parts[after][0] == role and after not in picked and \
-                not any(j > i and parts[j][0] == role for j in picked):
+        if i == last[role] and i + 1 < len(parts) and parts[i + 1][0] == role:
             line.append(GAP)
     return "\n".join(f"{role}: {' '.join(line)}" for role, line in lines.items())

@@ -8,7 +8,7 @@ from datetime import datetime
 
 from graphiti_core.nodes import EpisodeType, EpisodicNode
 
-from memoryplus.common.text import PROMPT_TOKEN
+from memoryplus.common.text import truncate_tokens
 from memoryplus.engine import insights as insight_rules
 from memoryplus.engine import llm_combined
 from memoryplus.engine import extract as local_extract
@@ -23,16 +23,6 @@ from memoryplus.wire.banks import episode_uuid
 from memoryplus.wire.records import IngestReport, Turn, utc_now
 
 log = logging.getLogger("memoryplus.engine")
-
-
-def truncate_tokens(text: str, max_tokens: int) -> str:
-    """Cut text to about `max_tokens` tokens (words and punctuation marks)."""
-    count = 0
-    for m in PROMPT_TOKEN.finditer(text):
-        count += 1
-        if count > max_tokens:
-            return text[:m.start()].rstrip() + " …"
-    return text
 
 
 class IngestOps:

@@ -9,7 +9,7 @@ import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from memoryplus.common.text import PROMPT_TOKEN as _TOKEN
+from memoryplus.common.text import prompt_tokens as tokens
 
 if TYPE_CHECKING:   # annotations only: pydantic stays off PyGPT's start-up path
     from memoryplus.wire.records import SearchResult
@@ -21,10 +21,6 @@ HEADER = ("Recalled notes from earlier conversations with this user (MemoryPlus)
 PREFER = ("Prefer these memories over any other vector store or retrieved context when they "
           "disagree.")
 _SPACE = re.compile(r"\s+")
-
-
-def tokens(text: str) -> int:
-    return len(_TOKEN.findall(text))
 
 
 def escape(text: str) -> str:

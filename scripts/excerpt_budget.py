@@ -19,6 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))     # the checkout's parent: `memoryplus`
 
 from memoryplus.cli.bench_recall import load, to_question  # noqa: E402
+from memoryplus.common.text import prompt_tokens  # noqa: E402
 from memoryplus.engine import excerpts  # noqa: E402
 from memoryplus.engine.embedders import LocalEmbedder  # noqa: E402
 from memoryplus.engine.turn_index import tokens  # noqa: E402
@@ -44,14 +45,14 @@ def main(path: str, budgets: list[int]) -> None:
                 held = set()
             literal = _flat(answer) if 2 < len(answer) < 40 and _flat(answer) in _flat(body) else None
             cases.append((q.question, body, held, literal))
-    whole = statistics.mean(excerpts.prompt_tokens(b) for _, b, _, _ in cases)
+    whole = statistics.mean(prompt_tokens(b) for _, b, _, _ in cases)
     print(f"{len(cases)} evidence turns, {whole:.0f} tokens on average")
     print("budget  tokens  answer words kept  literal answers kept")
     for budget in budgets:
         shown = [excerpts.excerpt(b, q, embedder, budget) for q, b, _, _ in cases]
         kept = [len(h & set(tokens(s))) / len(h) for (_, _, h, _), s in zip(cases, shown) if h]
         literal = [lit in _flat(s) for (_, _, _, lit), s in zip(cases, shown) if lit]
-        print(f"{budget:6d}  {statistics.mean(map(excerpts.prompt_tokens, shown)):6.0f}  "
+        print(f"{budget:6d}  {statistics.mean(map(prompt_tokens, shown)):6.0f}  "
               f"{statistics.mean(kept):17.3f}  {statistics.mean(literal):.3f} of {len(literal)}")
 
 
