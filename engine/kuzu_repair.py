@@ -32,6 +32,22 @@ _DONE = "complete"                  # written last: the copy in that directory i
 # Test only: kill this process at a named point of the repair (see _test_kill_point).
 TEST_KILL_IN_REPAIR_ENV = "MEMORYPLUS_TEST_KILL_IN_REPAIR"
 _LEFTOVER = "Please drop or rename the table"   # Kuzu: an index half-created by a killed process
+# The address space a Kuzu database reserves (its largest possible file). Kuzu's default, 8 TiB,
+# lets a process open only 15 databases before mmap fails (47-bit address space): the 16th
+# bank of a worker would not open. A bank of 20,000 turns is ~1 GB; 256 GiB leaves ~500 banks.
+MAX_DB_BYTES = 1 << 38
+_DATABASE = kuzu.Database       # Kuzu's own: store.open_kuzu patches kuzu.Database to call us
+
+
+def database(path: Path | str, buffer_pool_mb: int, **kw) -> kuzu.Database:
+    """A Kuzu database as every bank is opened: bounded buffer pool and address space."""
+    return _DATABASE(str(path), buffer_pool_size=buffer_pool_mb * 1024 * 1024,
+                         max_db_size=MAX_DB_BYTES, **kw)
+
+
+def is_address_space_error(text: str) -> bool:
+    """Kuzu could not reserve memory for a database: the process, not the bank, is at fault."""
+    return "mmap for size" in text.lower()
 
 
 def _test_kill_point(name: str) -> None:
@@ -224,10 +240,10 @@ def repair_after_unclean_exit(bank_dir: Path, bank_name: str, buffer_pool_mb: in
         _rebuild(bank_dir, bank_name, buffer_pool_mb, str(exc))   # StoreError: keep the copy
     except RuntimeError as exc:
         text = str(exc)
-        if _is_lock_error(text):
+        if _is_lock_error(text) or is_address_space_error(text):
             if backup is not None:
                 _drop_backup(backup)    # nothing was changed: the files are the copy
-            return                      # open_kuzu reports the lock properly
+            return                      # open_kuzu reports either properly
         _rebuild(bank_dir, bank_name, buffer_pool_mb, f"it fails with: {text.splitlines()[0][:200]}")
     try:
         (bank_dir / INDEXES_CHECKED).write_text("")
@@ -276,7 +292,7 @@ def _check_files(bank_dir: Path, bank_name: str) -> None:
 
 UNREPLAYABLE_WAL = "unreplayable-wal"   # a log that crashed Kuzu's replay, kept for inspection
 _REPLAY = ("import sys, kuzu\n"
-           "db = kuzu.Database(sys.argv[1], buffer_pool_size=int(sys.argv[2]))\n"
+           f"db = kuzu.Database(sys.argv[1], buffer_pool_size=int(sys.argv[2]), max_db_size={MAX_DB_BYTES})\n"
            "conn = kuzu.Connection(db)\n"
            "conn.execute('CHECKPOINT')\n"
            "conn.close()\n"
@@ -363,7 +379,7 @@ def _is_lock_error(text: str) -> bool:
 
 def _check_and_repair(bank_dir: Path, bank_name: str, buffer_pool_mb: int, *,
                       rebuild_indexes: bool) -> None:
-    db = kuzu.Database(str(bank_dir / "graph.kuzu"), buffer_pool_size=buffer_pool_mb * 1024 * 1024)
+    db = database(bank_dir / "graph.kuzu", buffer_pool_mb)
     conn = kuzu.Connection(db)
     try:
         tables = {r[0] for r in conn.execute("CALL SHOW_TABLES() RETURN name").get_all()}
@@ -410,9 +426,8 @@ def _rebuild(bank_dir: Path, bank_name: str, buffer_pool_mb: int, why: str) -> N
     _remove_tree(rebuild)
     rebuild.mkdir(mode=0o700)
     export = rebuild / "export"
-    pool = buffer_pool_mb * 1024 * 1024
     try:
-        db = kuzu.Database(str(bank_dir / "graph.kuzu"), buffer_pool_size=pool)
+        db = database(bank_dir / "graph.kuzu", buffer_pool_mb)
         conn = kuzu.Connection(db)
         try:   # the path is ours (the bank's directory), passed as a quoted literal
             conn.execute(f"EXPORT DATABASE '{_cypher_path(export)}' (format='parquet')")
@@ -420,7 +435,7 @@ def _rebuild(bank_dir: Path, bank_name: str, buffer_pool_mb: int, why: str) -> N
             conn.close()
             db.close()
         (export / "index.cypher").write_text("")   # the indexes are created below, cleanly
-        db = kuzu.Database(str(rebuild / "graph.kuzu"), buffer_pool_size=pool)
+        db = database(rebuild / "graph.kuzu", buffer_pool_mb)
         conn = kuzu.Connection(db)
         try:
             conn.execute(f"IMPORT DATABASE '{_cypher_path(export)}'")

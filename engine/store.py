@@ -21,7 +21,8 @@ from graphiti_core.driver.driver import GraphDriver, GraphProvider
 
 from memoryplus.engine.errors import BankLockedError, StoreError, WriteStoreError
 from memoryplus.engine.kuzu_repair import (
-    CREATED_MARKER, damaged, fulltext_indexes, repair_after_unclean_exit, unsearched_fulltext_indexes)
+    CREATED_MARKER, damaged, database, fulltext_indexes, is_address_space_error, repair_after_unclean_exit,
+    unsearched_fulltext_indexes)
 
 log = logging.getLogger("memoryplus.store")
 _PATCH_LOCK = threading.Lock()
@@ -150,8 +151,8 @@ def open_kuzu(bank_dir: Path, bank_name: str, *, buffer_pool_mb: int, app: str) 
     original = kuzu.Database
 
     def bounded(path, *a, **kw):
-        # KuzuDriver takes no buffer pool size (the default is 80% of RAM).
-        return original(path, buffer_pool_size=buffer_pool_mb * 1024 * 1024)
+        # KuzuDriver takes no buffer pool size (the default is 80% of RAM) nor address space
+        return database(path, buffer_pool_mb)
 
     try:
         with _PATCH_LOCK:
@@ -171,6 +172,11 @@ def open_kuzu(bank_dir: Path, bank_name: str, *, buffer_pool_mb: int, app: str) 
             raise BankLockedError(
                 f"bank {bank_name!r} is in use by {who}; close it or use that process "
                 f"(the memoryplus command reaches a running worker by itself)") from None
+        if is_address_space_error(text):
+            raise StoreError(
+                f"bank {bank_name!r} cannot be opened now: this process could not reserve memory "
+                f"for its database ({text.splitlines()[0][:200]}); its data is untouched. Close "
+                f"other banks or programs and try again") from None
         raise damaged(bank_name, bank_dir, f"looks damaged ({text.splitlines()[0][:200]})") from None
     # graphiti 0.31.2 bug 1: add_episode(group_id=...) reads driver._database.
     driver._database = ""  # type: ignore[attr-defined]

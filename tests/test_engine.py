@@ -179,6 +179,15 @@ async def test_banks_are_isolated_even_with_hostile_names(engine):
     assert listed == set(names)
 
 
+async def test_twenty_banks_stay_open_together_in_one_worker(engine):
+    # one bank per preset: Kuzu's default address-space reservation let only 15 open at once
+    for i in range(20):
+        await engine.ingest(f"preset {i}", [turn(f"{i}", f"My locker number is {1000 + i}")])
+    assert len(engine.banks) == 20
+    for i in range(20):
+        assert f"{1000 + i}" in texts(await engine.search(f"preset {i}", "locker number"))
+
+
 async def test_export_import_roundtrip_merges_by_id(make_engine, tmp_path):
     src = make_engine(tmp_path / "a")
     await src.ingest(BANK, [turn(1, "I live in Berlin"), turn(2, "I love hiking", days=1)])
