@@ -39,10 +39,9 @@ MAX_DB_BYTES = 1 << 38
 _DATABASE = kuzu.Database       # Kuzu's own: store.open_kuzu patches kuzu.Database to call us
 
 
-def database(path: Path | str, buffer_pool_mb: int, **kw) -> kuzu.Database:
+def database(path: Path | str, buffer_pool_mb: int) -> kuzu.Database:
     """A Kuzu database as every bank is opened: bounded buffer pool and address space."""
-    return _DATABASE(str(path), buffer_pool_size=buffer_pool_mb * 1024 * 1024,
-                         max_db_size=MAX_DB_BYTES, **kw)
+    return _DATABASE(str(path), buffer_pool_size=buffer_pool_mb * 1024 * 1024, max_db_size=MAX_DB_BYTES)
 
 
 def is_address_space_error(text: str) -> bool:
