@@ -14,6 +14,7 @@ K, N = GraphProvider.KUZU, GraphProvider.NEO4J
 
 _FACT = {K: "(s:Entity)-[:RELATES_TO]->(r:RelatesToNode_)-[:RELATES_TO]->(t:Entity)",
          N: "(s:Entity)-[r:RELATES_TO]->(t:Entity)"}
+_FACT_ALONE = {K: "(r:RelatesToNode_)", N: "()-[r:RELATES_TO]->()"}
 _FACT_FIELDS = ("r.uuid AS uuid, r.name AS name, r.fact AS fact, r.episodes AS episodes, "
                 "r.valid_at AS valid_at, r.invalid_at AS invalid_at, r.expired_at AS expired_at, "
                 "r.created_at AS created_at, r.attributes AS attributes, "
@@ -57,6 +58,10 @@ def _queries(p: GraphProvider) -> dict[str, str]:
                              "n.created_at AS created_at, n.attributes AS attributes"),
         "facts_all": f"MATCH {fact} WHERE r.group_id = $gid RETURN {_FACT_FIELDS}",
         "facts_by_uuid": f"MATCH {fact} WHERE r.uuid IN $uuids RETURN {_FACT_FIELDS}",
+        # when each fact stopped being true: the fact alone, no join to its entities (a
+        # search asks it of every turn it found; the join cost Kuzu ~2 ms, this ~0.4 ms)
+        "fact_ends": (f"MATCH {_FACT_ALONE[p]} WHERE r.uuid IN $uuids "
+                      "RETURN r.uuid AS uuid, r.invalid_at AS invalid_at"),
         "facts_touching": (f"MATCH {fact} WHERE s.uuid IN $uuids OR t.uuid IN $uuids "
                            f"RETURN {_FACT_FIELDS}"),
         "current_facts_from": (f"MATCH {fact} WHERE s.uuid = $source AND r.name = $relation "

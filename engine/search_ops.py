@@ -196,12 +196,13 @@ class SearchOps:
             as_utc(ref or datetime.now(timezone.utc)) - timedelta(days=back), back)
         hits = index.search(text, vec, depth, as_utc(until) if until else None, related,
                             to_assistant=local_extract.asks_about_assistant(text), pointed=pointed,
-                            reply_vector=reply_query(bank.embedder, text, vec))
+                            reply_vector=reply_query(bank.embedder, text, vec),
+                            several=local_extract.asks_for_several(text))
         rows = await self.pool.episodes(bank, [u for u, _ in hits])
         hits = [u for u, _ in hits if u in rows]
         edges = list({e for u in hits for e in rows[u]["entity_edges"] or []})
         ends: dict[str, datetime | None] = {}
-        for r in await self.pool.query(bank, "facts_by_uuid", uuids=edges) if edges else []:
+        for r in await self.pool.query(bank, "fact_ends", uuids=edges) if edges else []:
             end = ts(r["invalid_at"])
             ends[r["uuid"]] = end if end is not None and (until is None or end <= as_utc(until)) else None
         ended: dict[str, datetime] = {}
