@@ -71,6 +71,12 @@ RELATED_WEIGHT = 0.5
 # second cosine (not for a question about what the assistant said: its user messages are
 # the user's questions of then)
 PRF_TURNS, PRF_WEIGHT = 3, 1.0
+# A question whose answer adds up, compares or orders several occasions ("how many … in
+# total", "which came first"): each turn loses SPREAD for every better-scored turn of its own
+# conversation, so that other conversations' turns come up (one conversation's turns, lifted
+# by the conversation's share, filled the results with one occasion). 5-fold CV on the dev
+# split over 0, 0.5, 1, 2, 3, 4 (docs/PERFORMANCE.md)
+SPREAD = 1.0
 K1, B = 1.5, 0.75
 REPLY_CHUNK = 65536     # sentence rows turned into floats at once (16 MB)
 
@@ -322,22 +328,39 @@ class TurnIndex:
         cosine = self._matrix @ (moved / norm if norm > 0 else moved)
         return self.fuse([*signals[:2], cosine, *signals[3:]], live, weights, near, conversations)
 
+    @staticmethod
+    def spread(total: np.ndarray, conversations: np.ndarray, penalty: float = SPREAD) -> np.ndarray:
+        """`total` less `penalty` for every better (finite) score of the same conversation."""
+        ok = np.flatnonzero(np.isfinite(total))
+        if not len(ok) or not penalty:
+            return total
+        order = ok[np.lexsort((-total[ok], conversations[ok]))]     # by conversation, best first
+        conv = conversations[order]
+        starts = np.flatnonzero(np.concatenate([[True], conv[1:] != conv[:-1]]))
+        within = np.arange(len(order)) - np.repeat(starts, np.diff(np.append(starts, len(order))))
+        out = total.copy()
+        out[order] -= penalty * within
+        return out
+
     def search(self, query: str, query_vector, limit: int, until: datetime | None = None,
                related: Iterable[str] = (), *, to_assistant: bool = False,
                pointed: tuple[datetime, float] | None = None,
-               reply_vector=None) -> list[tuple[str, float]]:
+               reply_vector=None, several: bool = False) -> list[tuple[str, float]]:
         """The best `limit` turns (episode uuid, fused score), best first; only turns dated up
         to `until` when given, and only those above the relevance floor. A score is a sum of
         standardised signals (how far the turn stands out from the bank's turns).
         `to_assistant`: the query asks what the assistant said (ASSISTANT_WEIGHTS);
         `pointed`: (when, days back) of a time the query points to ("two weeks ago");
-        `reply_vector`: the query embedded as the reply sentences were."""
+        `reply_vector`: the query embedded as the reply sentences were; `several`: the answer
+        adds up several occasions (SPREAD)."""
         if not self.slot or not limit:
             return []
         signals, live = self.signals(query, query_vector, until, related, reply_vector)
         total = self.ranking(signals, live, query_vector, ASSISTANT_WEIGHTS if to_assistant else WEIGHTS,
                              self.near(*pointed) if pointed else None, self.conversations(),
                              feedback=not to_assistant)
+        if several:
+            total = self.spread(total, self.conversations(), SPREAD)
         k = min(limit, int(np.isfinite(total).sum()))
         if not k:
             return []

@@ -714,3 +714,13 @@ def test_a_query_pointing_back_in_time_or_to_the_assistants_words_is_read():
     assert asks_about_assistant("In our previous chat, what did you say about tea?")
     assert not asks_about_assistant("Which book did my sister recommend?")
     assert not asks_about_assistant("Do you think I should go?")
+
+
+def test_questions_that_add_up_compare_or_order_occasions_are_told():
+    from memoryplus.engine.extract import asks_for_several
+    for q in ("How many books did I read this year?", "What is the total cost of the repairs?",
+              "How much faster was my run compared to last year?", "Which did I buy first, the bike or the tent?",
+              "What is the order of the three concerts I went to?", "Which course did I finish most recently?"):
+        assert asks_for_several(q), q
+    for q in ("Where does my sister live?", "What was my first car?", "Who is my boss?"):
+        assert not asks_for_several(q), q

@@ -6,6 +6,7 @@ from datetime import datetime, timedelta, timezone
 
 import numpy as np
 
+from memoryplus.engine import extract as local_extract
 from memoryplus.engine.turn_index import TurnIndex, split_body
 
 T0 = datetime(2023, 5, 1, tzinfo=timezone.utc)
@@ -149,3 +150,26 @@ def test_the_reply_sentences_are_kept_small():
     assert sentences == ["One.", "Two!", "Three?", "Four"]
     kept = compact(np.random.default_rng(0).normal(size=(len(sentences), 256)))
     assert kept.dtype == np.int8 and kept.shape == (4, REPLY_DIM)
+
+
+def test_a_question_that_adds_up_occasions_gets_turns_of_each_conversation():
+    """"How many doctors did I visit?" adds up visits told on different days. One long
+    sitting about one visit matches best, and its turns lift each other (the conversation's
+    share): they filled the results, and the other visits were left out. For such a question
+    each turn gives way for every better turn of its own conversation."""
+    idx = TurnIndex(dim=4)
+    for i in range(6):      # one sitting, one visit: every turn says "doctor"
+        idx.add(f"sitting{i}", f"User: the doctor said part {i} of my results\nAssistant: the doctor is right",
+                T0 + timedelta(minutes=i), vec(1, 0.1 * i))
+    idx.add("dentist", "User: I saw a doctor about my tooth\nAssistant: ok", T0 + timedelta(days=5), vec(0.7, 0.7))
+    idx.add("ent", "User: the ENT doctor checked my ears\nAssistant: ok", T0 + timedelta(days=9), vec(0.7, 0, 0.7))
+    for i in range(6):
+        idx.add(f"other{i}", f"User: unrelated {i}\nAssistant: ok", T0 + timedelta(days=20 + i), vec(0, 0, 0, 1))
+    query = "How many different doctors did I visit?"
+    assert local_extract.asks_for_several(query)
+    spread = [u for u, _ in idx.search(query, vec(1, 0), 5, several=True)]
+    assert {"dentist", "ent"} <= set(spread) and spread[0] == "sitting0", spread
+    # scored as any other question, the sitting's turns fill the results
+    plain = [u for u, _ in idx.search(query, vec(1, 0), 5)]
+    assert all(u.startswith("sitting") for u in plain), plain
+    assert not local_extract.asks_for_several("What did the doctor say about my results?")

@@ -40,11 +40,11 @@ from .collector import MAX_ENTITIES, MAX_FACTS, LocalEntity, LocalExtraction, Lo
 from .entities import canonical_entity
 from .gate import gate_decision, is_low_value, word_count
 from .pipeline import extract
-from .query import (as_the_user, asks_about_assistant, asks_about_past, days_ago, family_words,
-                    role_references)
+from .query import (as_the_user, asks_about_assistant, asks_about_past, asks_for_several, days_ago,
+                    family_words, role_references)
 from .text import MAX_CHARS
 
 __all__ = ["MAX_CHARS", "MAX_ENTITIES", "MAX_FACTS", "LocalEntity", "LocalExtraction",
-           "LocalFact", "as_the_user", "asks_about_assistant", "asks_about_past", "canonical_entity",
-           "days_ago", "extract",
+           "LocalFact", "as_the_user", "asks_about_assistant", "asks_about_past", "asks_for_several",
+           "canonical_entity", "days_ago", "extract",
            "family_words", "gate_decision", "is_low_value", "role_references", "word_count"]

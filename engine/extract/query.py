@@ -79,6 +79,19 @@ def asks_about_assistant(query: str) -> bool:
     return bool(_TO_ASSISTANT.search(query))
 
 
+# The answer adds up, compares or orders what was said on several occasions: "how many …
+# in total", "how much faster … compared to last year", "which did I do first, A or B?",
+# "the order of the three trips", "which … most recently"
+_SEVERAL = re.compile(r"\b(how (many|much)|(in )?total|altogether|combined|in all|average|"
+                      r"compared? (to|with)|difference|in (the|what|which) order|the order of|"
+                      r"earliest|most recent(ly)?|first\b[^?]*\bor)\b", re.I)
+
+
+def asks_for_several(query: str) -> bool:
+    """'How many doctors did I visit?': the answer is spread over several conversations."""
+    return bool(_SEVERAL.search(query))
+
+
 def days_ago(query: str) -> float | None:
     """How far back the query points, in days ('four weeks ago' 28, 'last month' 30.4,
     'yesterday' 1), or None when it names no such time."""
