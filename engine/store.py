@@ -215,12 +215,14 @@ async def create_fulltext_index(driver: GraphDriver, create: str) -> None:
 
 async def ensure_fulltext_indexes(driver: GraphDriver) -> None:
     """graphiti 0.31.2 bug 2: KuzuDriver never builds its full-text indexes, and building them
-    twice fails; run each statement and ignore 'already exists'. Only the indexes something
-    searches (kuzu_repair.SEARCHED_FULLTEXT_INDEXES); the others an older bank has are dropped."""
-    for _table, _index, create in fulltext_indexes():
-        await create_fulltext_index(driver, create)
+    twice fails; build the missing ones (asking first: the driver logs a failed statement as
+    an ERROR, three on every bank open). Only the indexes something searches
+    (kuzu_repair.SEARCHED_FULLTEXT_INDEXES); the others an older bank has are dropped."""
     rows, _, _ = await driver.execute_query("CALL SHOW_INDEXES() RETURN table_name, index_name")
     have = {(r["table_name"], r["index_name"]) for r in rows}
+    for table, index, create in fulltext_indexes():
+        if (table, index) not in have:
+            await create_fulltext_index(driver, create)
     for table, index in unsearched_fulltext_indexes():
         if (table, index) in have:   # names from graphiti's constant list, never user input
             await driver.execute_query(f"CALL DROP_FTS_INDEX('{table}', '{index}')")

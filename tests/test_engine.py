@@ -409,6 +409,17 @@ async def test_bank_closes_releasing_its_lock_and_reopens(engine):
     assert "Berlin" in texts(await engine.search(BANK, "Berlin"))
 
 
+async def test_reopening_a_bank_logs_no_error(engine, caplog):
+    """A user reading the worker's log sees no ERROR for a bank that opens as it should (the
+    full-text indexes it already has were built again, and graphiti logged each refusal)."""
+    await engine.ingest(BANK, [turn(1, "I live in Berlin")])
+    await engine.close()
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        assert "Berlin" in texts(await engine.search(BANK, "Berlin"))
+    assert not [r for r in caplog.records if r.levelno >= 40], caplog.text
+
+
 @pytest.mark.option("backend")
 @pytest.mark.option("neo4j_uri")
 async def test_the_neo4j_backend_goes_to_the_configured_server_and_not_to_kuzu(make_engine, tmp_path):
