@@ -126,6 +126,8 @@ class Bank:
     llm_usage: LLMUsage
     write_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     entities: dict[str, tuple[str, str]] | None = None  # lower name -> (uuid, name)
+    # the user's facts a search read, by (user, relations), valid at the driver's write count
+    user_facts: tuple[int, dict] | None = None
     active: int = 0
     opened_at: float = field(default_factory=time.monotonic)
     searching: int = 0          # reads under way (see BankPool.reading)

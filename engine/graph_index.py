@@ -38,9 +38,10 @@ from graphiti_core.search.search_filters import (
 )
 from pydantic import PrivateAttr
 
+from memoryplus.engine.store import WRITE
+
 log = logging.getLogger("memoryplus.graph_index")
 
-_WRITE = re.compile(r"\b(CREATE|MERGE|SET|DELETE|DETACH|REMOVE|COPY)\b", re.I)
 _DELETE = re.compile(r"\b(DELETE|DETACH)\b", re.I)
 FIRST_FETCH = 20            # candidates read from the database at first (doubling while short)
 
@@ -159,7 +160,7 @@ class GraphIndex:
         if text.strip().upper().startswith("ROLLBACK"):
             self.sets = None            # what the transaction wrote is undone: reload
             return
-        if not _WRITE.search(text):
+        if not WRITE.search(text):
             return
         for kind, column in (("facts", "fact_embedding"), ("entities", "name_embedding")):
             if not re.search(rf"\.{column}\s*=", text):

@@ -9,6 +9,7 @@ event loop (the worker's); see bank_pool.py for locking and episodes.py for idem
 """
 from __future__ import annotations
 
+import logging
 from datetime import datetime
 from pathlib import Path
 
@@ -27,6 +28,8 @@ from memoryplus.wire.banks import BankDirectory
 from memoryplus.wire.records import (
     BankInfo, BankStats, Credentials, ForgetReport, IngestReport, SearchResult, Timeline, Turn,
 )
+
+log = logging.getLogger("memoryplus.engine")
 
 
 class MemoryEngine:
@@ -110,12 +113,23 @@ class MemoryEngine:
         The batch is flushed from Kuzu's log before the answer, unless `defer_flush` (more
         turns follow) and the unflushed turns still fit the buffer pool: then the report says
         `flushed=False` and a later batch, or the idle maintenance, flushes it."""
-        return await self.ingest_ops.ingest(bank_name, turns, defer_flush=defer_flush)
+        report = await self.ingest_ops.ingest(bank_name, turns, defer_flush=defer_flush)
+        if not defer_flush:         # more turns follow at once otherwise: they would undo it
+            await self._prime(bank_name)
+        return report
 
     async def remember(self, bank_name: str, text: str, key: str | None = None,
                        tags: list[str] | None = None) -> IngestReport:
         """An explicit memory: stored even when pruning or the memory gate would skip it."""
         return await self.ingest_ops.remember(bank_name, text, key, tags)
+
+    async def _prime(self, bank_name: str) -> None:
+        """What the next search reads first, read now (SearchOps.prime); a failure here is the
+        search's to report, not the stored turns'."""
+        try:
+            await self.search_ops.prime(bank_name)
+        except Exception as exc:
+            log.debug("bank %r: priming the next search: %s", bank_name, exc)
 
     # ── search ─────────────────────────────────────────────────────────────────────────
     async def search(self, bank_name: str, query: str, limit: int = 10,

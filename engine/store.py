@@ -84,10 +84,17 @@ def _clear_owner(bank_dir: Path) -> None:
         pass
 
 
+# a query that may change the graph (a rollback undoes writes): what the bank's caches of
+# graph rows go by (graph_index.py, SearchOps' user facts)
+WRITE = re.compile(r"\b(CREATE|MERGE|SET|DELETE|DETACH|REMOVE|COPY|ROLLBACK)\b", re.I)
+
+
 class CountingMixin:
     """Counts queries: the engine reopens a bank (when idle) after a bounded number of them,
-    a safety net against Kuzu's native memory growth (see kuzu_statements.py)."""
+    a safety net against Kuzu's native memory growth (see kuzu_statements.py). Also counts
+    the writes, before they run: a cache filled at one count is stale at any other."""
     queries: int = 0
+    writes: int = 0
     fault_dir: Path | None = None     # Kuzu: the bank storage directory (the I/O fault hook)
     bank_name: str = ""
 
@@ -98,6 +105,8 @@ class CountingMixin:
 
     async def execute_query(self, cypher_query_, **kwargs):  # type: ignore[override]
         self.queries += 1
+        if WRITE.search(str(cypher_query_)):
+            self.writes += 1
         if self.fault_dir is not None:
             store_write_fault(self.fault_dir, self.bank_name, cypher_query_)
         result = await super().execute_query(cypher_query_, **kwargs)  # type: ignore[misc]

@@ -173,6 +173,26 @@ async def test_a_role_asked_in_other_words_finds_the_person(engine):
     assert spouse and "Alex" in spouse[0].text, shown(spouse)
 
 
+async def test_a_new_boss_or_name_is_found_by_the_very_next_search(engine):
+    """The user's facts a search reads (their names, the people of their roles) are kept
+    between searches: what the user says next must still count at once."""
+    await engine.ingest(BANK, [
+        turn(1, "Hi, I'm Mira.", "Nice to meet you, Mira!"),
+        turn(2, "My manager Tomasz wants the Q3 report by Friday.", days=2),
+        turn(3, "I live in Lisbon.", days=3),
+    ])
+    assert "Tomasz" in (await engine.search(BANK, "Who is my boss?", limit=5))[0].text
+    assert "Lisbon" in (await engine.search(BANK, "Where does Mira live?", limit=5))[0].text
+    await engine.ingest(BANK, [
+        turn(4, "My new manager is Ewa, Tomasz moved to Oslo.", days=10),
+        turn(5, "Please call me Nora from now on, my name is Nora.", days=11),
+    ])
+    boss = await engine.search(BANK, "Who is my boss?", limit=5)
+    assert boss and "Ewa" in boss[0].text, shown(boss)
+    where = await engine.search(BANK, "Where does Nora live?", limit=5)
+    assert where and "Lisbon" in where[0].text, shown(where)
+
+
 async def test_a_diet_asked_by_another_name_finds_the_current_one(engine):
     """"Am I vegetarian?" after "I'm pescatarian now" returned only the old vegetarian turn
     (issue 18, behaviour 4): the current diet comes first, the old one as ended."""
