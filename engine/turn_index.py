@@ -17,7 +17,9 @@ and the records).
 Two more terms come from the turns' times: a turn dated when the query points to ("four
 weeks ago") gains DATE_WEIGHT, and every turn gains a share of the best turn of its
 conversation (turns less than CONVERSATION_GAP apart): the turn before or after a strong one
-often holds the detail asked for.
+often holds the detail asked for. A question that adds up, compares or orders occasions
+("how many … in total", "which came first") spreads its turns over conversations instead
+(SPREAD): its evidence is one turn in each of several.
 
 Kept in memory only, built from the bank on its first search and kept in step with every
 write and removal: it holds no text (token counts and vectors), and nothing of it is saved,
@@ -74,8 +76,8 @@ PRF_TURNS, PRF_WEIGHT = 3, 1.0
 # A question whose answer adds up, compares or orders several occasions ("how many … in
 # total", "which came first"): each turn loses SPREAD for every better-scored turn of its own
 # conversation, so that other conversations' turns come up (one conversation's turns, lifted
-# by the conversation's share, filled the results with one occasion). 5-fold CV on the dev
-# split over 0, 0.5, 1, 2, 3, 4 (docs/PERFORMANCE.md)
+# by the conversation's share, filled the results with one occasion). 5-fold CV of the whole
+# engine on the dev split over 0, 0.5, 1, 2, 3, 4: scripts/recall_spread.py, docs/PERFORMANCE.md
 SPREAD = 1.0
 K1, B = 1.5, 0.75
 REPLY_CHUNK = 65536     # sentence rows turned into floats at once (16 MB)
@@ -329,7 +331,7 @@ class TurnIndex:
         return self.fuse([*signals[:2], cosine, *signals[3:]], live, weights, near, conversations)
 
     @staticmethod
-    def spread(total: np.ndarray, conversations: np.ndarray, penalty: float = SPREAD) -> np.ndarray:
+    def spread(total: np.ndarray, conversations: np.ndarray, penalty: float) -> np.ndarray:
         """`total` less `penalty` for every better (finite) score of the same conversation."""
         ok = np.flatnonzero(np.isfinite(total))
         if not len(ok) or not penalty:
