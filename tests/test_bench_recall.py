@@ -93,7 +93,8 @@ def test_scores_count_one_source_per_result(tmp_path):
 def test_summary_skips_abstention_for_recall_and_counts_its_results():
     def rec(t, abst, any5, all10, n):
         r = {"type": t, "abstention": abst, "n_results": n, "turns": 10, "ingest_s": 1.0,
-             "search_ms": 10.0, "graphiti_ms": 8.0, "tokens_at5": 50, "tokens_at5_bm25": 100,
+             "search_ms": 10.0, "graphiti_ms": 8.0, "search_ms_first": 12.0, "graphiti_ms_first": 8.0,
+             "tokens_at5": 50, "tokens_at5_bm25": 100,
              "tokens_at10": 90, "tokens_at10_bm25": 200}
         if not abst:
             r["ours_at5"] = r["bm25_at5"] = {"any": any5, "all": 0.0, "session": 1.0}
@@ -107,6 +108,8 @@ def test_summary_skips_abstention_for_recall_and_counts_its_results():
     assert out["dev_abstention_results"] == 3
     assert out["dev_tokens_at5"] == 50 and out["dev_tokens_at5_bm25"] == 100
     assert out["long_turn_ingest_turns_per_s"] == 10.0
+    # the ratio from the medians of the timed rounds, and the first round's beside it
+    assert out["dev_search_ratio_p95"] == 1.25 and out["dev_search_ratio_p95_first_round"] == 1.5
     assert "long_vs_short_ingest_ratio" not in out      # no short turns were stored beside
     twin = rec("a", False, 1.0, 1.0, 10) | {"turns": 10, "ingest_s": 2.0, "short_turns": 10, "short_ingest_s": 0.5}
     out = br.summarize([twin, rec("b", False, 1.0, 1.0, 10)])
