@@ -64,6 +64,19 @@ def search_filter(as_of: datetime | None, now: datetime | None = None) -> Search
                     [DateFilter(date=t, comparison_operator=ComparisonOperator.greater_than)]])
 
 
+async def _both(first, second):
+    """Both results; if one fails, the other is cancelled and waited for (no query of a
+    failed search runs on after it, against a bank that may be closing)."""
+    tasks = [asyncio.ensure_future(first), asyncio.ensure_future(second)]
+    try:
+        return await asyncio.gather(*tasks)
+    except BaseException:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+
+
 class SearchOps:
     def __init__(self, pool: BankPool):
         self.pool = pool
@@ -143,10 +156,12 @@ class SearchOps:
                 date=as_utc(now), comparison_operator=ComparisonOperator.less_than_equal)]])
         else:
             flt = search_filter(as_of, now)
-        # facts and entities; the turns are the turn index's (fuse takes them from there)
-        results = await graph_index.candidates(bank, text, search_config(depth), flt)
-        turns, ended = await self._turn_hits(bank, turn_text or text, as_of or now, depth, past,
-                                             related, as_of or (now - NOW_SLACK if now else None))
+        # facts and entities; the turns are the turn index's (fuse takes them from there). Both
+        # at once: the turn index's scoring runs while Kuzu's threads answer graphiti's queries
+        results, (turns, ended) = await _both(
+            graph_index.candidates(bank, text, search_config(depth), flt),
+            self._turn_hits(bank, turn_text or text, as_of or now, depth, past, related,
+                            as_of or (now - NOW_SLACK if now else None)))
         # a question about the past ranks the replaced facts by the current ones: all of those
         out = await fuse(self.pool, bank, results, as_of or now, None if past else limit, turns, ended)
         if past:

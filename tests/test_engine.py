@@ -706,3 +706,25 @@ async def test_the_rewritten_fact_similarity_query_returns_what_graphitis_return
             "WITH DISTINCT e, n, m, array_cosine_similarity(e.fact_embedding, CAST($search_vector AS FLOAT[256])) AS score " \
             "WHERE score > $min_score RETURN e.uuid AS uuid ORDER BY score DESC LIMIT $limit"
     assert faster_query(bound) == bound, "a search bound to an entity is left as it is"
+
+
+async def test_a_search_half_that_fails_stops_the_other():
+    """A search reads the graph and the turn index at once; when one fails, the other is
+    cancelled, not left running against a bank that may be closing."""
+    import asyncio
+    from memoryplus.engine.search_ops import _both
+    stopped = asyncio.Event()
+
+    async def slow():
+        try:
+            await asyncio.sleep(30)
+        finally:
+            stopped.set()
+
+    async def failing():
+        await asyncio.sleep(0.01)
+        raise StoreError("the graph query failed")
+    with pytest.raises(StoreError):
+        await _both(slow(), failing())
+    assert stopped.is_set()
+    assert await _both(asyncio.sleep(0, "graph"), asyncio.sleep(0, "turns")) == ["graph", "turns"]

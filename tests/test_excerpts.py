@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
+import numpy as np
+
 from memoryplus.engine.excerpts import EXCERPT_TOKENS, GAP, excerpt, excerpts, prompt_tokens
 from memoryplus.engine.embedders import LocalEmbedder
 from memoryplus.plugin.memory_block import build_block
@@ -87,3 +89,19 @@ async def test_forgetting_matches_the_whole_turn(engine):
     matches = await engine.strong_matches(BANK, "the school run step 56")
     assert [m.sources for m in matches if m.kind == "episode"] == [["1"]]
     assert matches[0].text == long_turn(1).body()
+
+
+def test_query_words_count_for_the_sentence_they_are_in():
+    """The keyword share of each sentence (one scan over all of them) is what a scan of that
+    sentence alone finds: words at a sentence's ends, plurals, a line break inside a
+    sentence, a letter whose lower case is longer (İ), a word split across two sentences."""
+    from memoryplus.engine.excerpts import _keyword_share, _query_words
+    words = _query_words("Which bikes did my sister repair?")
+    sentences = ["Bike", "İstanbul has a bike lane and my sister's bike.",
+                 "Repairs\nof the bike took a day", "sis", "ter came by", "Nothing here.",
+                 "the BIKES were repaired by my SISTER"]
+    pattern, spelled, n = words
+    alone = [len({spelled[m] for m in pattern.findall(s.lower())}) / n for s in sentences]
+    got = _keyword_share(sentences, words)
+    assert got.tolist() == np.array(alone, np.float32).tolist()
+    assert got[0] > 0 and got[2] > 0 and got[3] == got[4] == got[5] == 0 and got[1] == got[6] > got[0]
