@@ -49,8 +49,8 @@ async def table(dev: str, workdir: Path) -> dict[float, np.ndarray]:
                 ti.SPREAD = s
                 results = await engine.search(name, q.question, limit=10, now=q.date)
                 firsts = [r.sources[0] if r.sources else None for r in results]
-                rows[s].append((br.score(firsts, q, 5)["any"], br.score(firsts, q, 10)["all"],
-                                br.score(firsts, q, 10)["any"]))
+                at10 = br.score(firsts, q, 10)
+                rows[s].append((br.score(firsts, q, 5)["any"], at10["all"], at10["any"]))
             await engine.pool.close_bank(await engine.pool.bank(name, create=False))
     finally:
         ti.SPREAD = held
