@@ -598,3 +598,19 @@ def test_an_idle_worker_gives_freed_memory_back(data_dir, clients):
     returned = wait_for(lambda: c.call("health")["memory_returned_mb"], 30, what="memory given back")
     print(f"\n[memory] returned after a 60-turn ingest: {returned} MB")
     assert returned > 1
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads each thread's niceness in /proc")
+def test_every_thread_of_the_worker_runs_below_pygpts_priority(data_dir, clients):
+    """The worker's threads (Kuzu's, the embedder's, asyncio's) must not take the cores PyGPT's
+    GUI thread waits for: each runs at a lower priority than the process that started it."""
+    def nice_of(stat: Path) -> int:
+        return int(stat.read_text().rsplit(")", 1)[1].split()[16])   # field 19 of proc_pid_stat(5)
+    c = clients(settings(), data_dir, mode="persistent").start()
+    c.call("ingest", {"bank": BANK, "turns": turns(5)}, timeout=120)
+    assert c.call("search", {"bank": BANK, "query": "Where does Person1 live?"}, timeout=60)
+    (pid,) = c._s.own_pids
+    ours = nice_of(Path("/proc/self/stat"))
+    threads = {t.name: nice_of(t / "stat") for t in Path(f"/proc/{pid}/task").iterdir()}
+    print(f"\n[priority] this process at nice {ours}, the worker's {len(threads)} threads at {set(threads.values())}")
+    assert len(threads) > 1 and all(n > ours for n in threads.values()), threads

@@ -23,7 +23,8 @@ Roles:
 
 The parts: worker/connections.py (the owner's pipe and the peers), worker/listener.py (the
 transport and worker.json), worker/gate.py (exclusive requests), worker/logs.py (the log),
-worker/governance.py (hello and events), worker/maintenance.py (idle time, recycling); this
+worker/governance.py (hello and events), worker/maintenance.py (idle time, recycling),
+worker/priority.py (its CPU priority, below PyGPT's); this
 module runs the requests and the life cycle.
 
 At the end it answers (or cancels, after a bounded grace time) what is in flight, closes the
@@ -49,7 +50,7 @@ from memoryplus.wire import errors  # noqa: E402
 from memoryplus.wire import protocol as P  # noqa: E402
 from memoryplus.common import redact  # noqa: E402
 from memoryplus.wire.transport import Sender  # noqa: E402
-from memoryplus.worker import governance, maintenance  # noqa: E402
+from memoryplus.worker import governance, maintenance, priority  # noqa: E402
 from memoryplus.worker.connections import Conn, SocketConn, StdioConn, stdout_writer  # noqa: E402
 from memoryplus.worker.gate import Gate  # noqa: E402
 from memoryplus.worker.listener import Listener  # noqa: E402
@@ -406,6 +407,7 @@ class _BadParams(Exception):
 
 
 def main() -> int:
+    priority.lower()   # before any thread starts: they inherit it (worker/priority.py)
     # graphiti imports the Neo4j driver, which imports pandas when it is installed (31 MB
     # resident, measured): nothing the worker runs uses it, so the worker process has none.
     sys.modules.setdefault("pandas", None)  # type: ignore[arg-type]
