@@ -2,13 +2,13 @@
 
 The worker is a background helper on the user's machine, often one with two cores. At the
 same priority, its search and ingest threads (Kuzu's among them) take cores the GUI thread
-of PyGPT is waiting for, and a plugin thread holding the GIL in PyGPT's process gets
-preempted by them while the GUI thread waits for that GIL. Measured with 200 chat turns
-through PyGPT's events on a 300-turn bank, three rounds each way alternating in one run:
-the GUI thread's p99 per turn 8.1–14.1 ms at the same priority, 3.5–5.2 ms with the worker
-at nice 10; the memories reached the prompt as fast (inject p95 105–180 ms against
-103–108 ms). The price: on a machine whose cores are all busy, the worker gets a smaller
-share, and a turn may go ahead without its memories (a late turn; nothing is lost).
+of PyGPT is waiting for, or that a plugin thread holding the GIL needs to finish and let
+the GUI thread have it. Measured with 200 chat turns through PyGPT's events on a 300-turn
+bank, the worker reniced between rounds, 8 rounds each way alternating: the GUI thread's
+p99 per turn 6.6–14.1 ms (median 7.6) at the same priority, 3.5–5.9 ms (median 4.8) at
+nice 10; the memories reached the prompt as fast (inject p95 105–180 ms against 102–108 ms).
+The price: on a machine whose cores are all busy, the worker gets a smaller share, and a
+turn may go ahead without its memories (a late turn; nothing is lost).
 """
 from __future__ import annotations
 
