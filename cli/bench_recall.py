@@ -280,11 +280,12 @@ async def _one(engine, bank: str, q: DevQuestion, rec: dict) -> None:
     # each side timed TIMED_ROUNDS times, interleaved, first side alternating: one search per
     # bank measured this machine's bursts more than either search (a burst in one side's
     # single search moved the p95 ratio by 0.3); the first round is kept as well
-    times: dict[str, list[float]] = {"search_ms": [], "graphiti_ms": []}
+    sides = {"search_ms": ours, "graphiti_ms": graphiti}
+    times: dict[str, list[float]] = {key: [] for key in sides}
     for n in range(TIMED_ROUNDS):
-        for key in ("search_ms", "graphiti_ms")[::1 if n % 2 == 0 else -1]:
+        for key in list(sides)[::1 if n % 2 == 0 else -1]:
             t0 = time.perf_counter()
-            found = await (ours() if key == "search_ms" else graphiti())
+            found = await sides[key]()
             times[key].append((time.perf_counter() - t0) * 1000)
             if key == "search_ms" and n == 0:
                 results = found

@@ -12,19 +12,17 @@ turn may go ahead without its memories (a late turn; nothing is lost).
 """
 from __future__ import annotations
 
-import logging
 import os
 import sys
-
-log = logging.getLogger("memoryplus.worker")
 
 NICE = 10   # the usual step for background work; Linux and macOS cap it at 19
 _BELOW_NORMAL_PRIORITY_CLASS = 0x00004000   # Windows' class for the same
 
 
-def lower() -> None:
+def lower() -> str | None:
     """Lower this process's CPU priority. Call it first thing: on Linux, niceness is per
-    thread and a thread inherits it when created, so threads started before keep theirs."""
+    thread and a thread inherits it when created, so threads started before keep theirs.
+    Returns why it could not, for the log (which does not exist yet), or None."""
     try:
         if sys.platform == "win32":
             import ctypes
@@ -33,4 +31,5 @@ def lower() -> None:
         else:
             os.nice(NICE)
     except (OSError, AttributeError) as exc:   # a sandbox may refuse it: run as we are
-        log.info("the worker's priority stays as it was: %s", exc)
+        return f"the worker's priority stays as it was: {exc}"
+    return None

@@ -407,7 +407,7 @@ class _BadParams(Exception):
 
 
 def main() -> int:
-    priority.lower()   # before any thread starts: they inherit it (worker/priority.py)
+    not_lowered = priority.lower()   # before any thread starts: they inherit it (worker/priority.py)
     # graphiti imports the Neo4j driver, which imports pandas when it is installed (31 MB
     # resident, measured): nothing the worker runs uses it, so the worker process has none.
     sys.modules.setdefault("pandas", None)  # type: ignore[arg-type]
@@ -454,6 +454,8 @@ def main() -> int:
         return EXIT_TEST_START_FAILURE
     log.info("worker starting (%s, pid %d, python %s, log %s)", msg.role, os.getpid(),
              sys.executable, log_path)
+    if not_lowered:
+        log.info("%s", not_lowered)
     server = WorkerServer(msg, out, stdin, hooks)
     try:
         code = asyncio.run(server.run())
