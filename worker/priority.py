@@ -27,7 +27,8 @@ def lower() -> str | None:
         if sys.platform == "win32":
             import ctypes
             kernel32 = ctypes.windll.kernel32   # type: ignore[attr-defined]
-            kernel32.SetPriorityClass(kernel32.GetCurrentProcess(), _BELOW_NORMAL_PRIORITY_CLASS)
+            if not kernel32.SetPriorityClass(kernel32.GetCurrentProcess(), _BELOW_NORMAL_PRIORITY_CLASS):
+                raise ctypes.WinError()     # it returns 0 on failure, it does not raise
         else:
             os.nice(NICE)
     except (OSError, AttributeError) as exc:   # a sandbox may refuse it: run as we are
