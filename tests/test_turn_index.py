@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 import numpy as np
 
 from memoryplus.engine import extract as local_extract
-from memoryplus.engine.turn_index import TurnIndex, split_body
+from memoryplus.engine.turn_index import TurnIndex, compact, split_body
 
 T0 = datetime(2023, 5, 1, tzinfo=timezone.utc)
 
@@ -54,7 +54,7 @@ def test_until_and_remove():
     assert [u for u, _ in idx.search("live", vec(1, 0), 5, until=T0 + timedelta(hours=1))] == ["u0"]
     idx.remove(["u1"])
     assert [u for u, _ in idx.search("Lisbon live", vec(1, 0), 5)] == ["u0"]
-    assert "lisbon" not in idx.turn.postings and "lisbon" not in idx.user.postings, "nothing of it is kept"
+    assert "lisbon" not in idx.turn and "lisbon" not in idx.user, "nothing of it is kept"
     idx.add("u1", "User: I live in Porto\nAssistant: ok", T0, vec(1, 0))     # replaced: once
     assert len(idx) == 2 and [u for u, _ in idx.search("Porto", vec(0, 1), 5)][0] == "u1"
 
@@ -173,3 +173,38 @@ def test_a_question_that_adds_up_occasions_gets_turns_of_each_conversation():
     plain = [u for u, _ in idx.search(query, vec(1, 0), 5)]
     assert all(u.startswith("sitting") for u in plain), plain
     assert not local_extract.asks_for_several("What did the doctor say about my results?")
+
+
+def test_searches_between_writes_change_no_later_result():
+    """What a search keeps for the next (the turns' lengths for BM25, which turns are stored,
+    their times, where each reply's sentences are) follows every add and remove: an index
+    searched after each write ranks and scores exactly as one built from the same writes and
+    searched once, and holds the same reply sentences for each turn."""
+    bodies = ["User: I adopted a cat named Pistachio\nAssistant: Lovely name for a cat.",
+              "User: The weather is nice in Lisbon today\nAssistant: Enjoy the sun.",
+              "User: My kitten loves salmon and tuna\nAssistant: Cats often do.",
+              "User: Book a dentist visit for Friday\nAssistant: Done, Friday at nine.",
+              "User: My cat Pistachio hid under the sofa all day\nAssistant: Cats like hiding."]
+    vecs = [vec(1, 0), vec(0, 1), vec(0.9, 0.1), vec(0, 0, 1), vec(0.8, 0.2)]
+    replies = [[vec(0, 1, i), vec(i, 0, 1)][:1 + i % 2] if i != 3 else None for i in range(5)]
+    query = ("cat Pistachio", vec(1, 0.1))
+    searched, fresh = TurnIndex(dim=4), TurnIndex(dim=4)
+    writes = [("add", i) for i in range(4)] + [("remove", 0), ("add", 4), ("add", 0), ("remove", 2)]
+    for op, i in writes:
+        for idx in (searched, fresh):
+            if op == "add":
+                idx.add(f"u{i}", bodies[i], T0 + timedelta(days=i), vecs[i], replies[i])
+            else:
+                idx.remove([f"u{i}"])
+        searched.search(*query, 5, reply_vector=vec(0, 1, 1))
+        searched.search(*query, 5, until=T0 + timedelta(days=2))
+    for until in (None, T0 + timedelta(days=2)):
+        assert searched.search(*query, 5, until=until, reply_vector=vec(0, 1, 1)) == \
+            fresh.search(*query, 5, until=until, reply_vector=vec(0, 1, 1))
+    assert [u for u, _ in fresh.search(*query, 5)] == ["u0", "u4"]   # the re-added turn is back
+    for i in range(5):
+        held = searched.reply_rows(f"u{i}")
+        assert (held is None) == (i == 2), "a removed turn's sentences are gone"
+        if held is not None:
+            assert held.tolist() == fresh.reply_rows(f"u{i}").tolist() == \
+                compact(replies[i]).tolist()
