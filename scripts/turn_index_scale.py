@@ -27,14 +27,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))     # the checkout'
 
 from memoryplus.cli import bench_recall as br  # noqa: E402  (after the path insert)
 from memoryplus.engine import turn_index as ti  # noqa: E402
+from memoryplus.worker.maintenance import rss_mb  # noqa: E402
 
 DIM, QUESTIONS = 256, 60
 T0 = datetime(2023, 1, 1, tzinfo=timezone.utc)
-
-
-def rss_mb() -> float:
-    with open("/proc/self/status") as f:
-        return int(next(line for line in f if line.startswith("VmRSS")).split()[1]) / 1024
 
 
 def measure(path: str, size: int) -> dict:
