@@ -18,6 +18,7 @@ from graphiti_core.utils.bulk_utils import add_nodes_and_edges_bulk
 from memoryplus.common import redact
 from memoryplus.engine import extract as local_extract
 from memoryplus.engine.bank_pool import BankPool
+from memoryplus.engine.embedders import REQUEST_TEXTS
 from memoryplus.engine.episodes import COMPLETE, EpisodeMeta, iso, ts
 from memoryplus.engine.errors import EngineError, UnknownBankError
 from memoryplus.engine.fusion import RATING_CAP, rating
@@ -130,8 +131,8 @@ class AdminOps:
             facts = await pool.query(bank, "facts_all", gid=bank.slug)
             for rows, text_key, query in ((ents, "name", "set_entity_embedding"),
                                           (facts, "fact", "set_fact_embedding")):
-                for i in range(0, len(rows), 64):
-                    chunk = rows[i:i + 64]
+                for i in range(0, len(rows), REQUEST_TEXTS):     # written as they come
+                    chunk = rows[i:i + REQUEST_TEXTS]
                     vecs = await bank.embedder.create_batch([r[text_key] or "" for r in chunk])
                     for r, v in zip(chunk, vecs):
                         await pool.query(bank, query, uuid=r["uuid"], embedding=v)

@@ -20,6 +20,9 @@ from memoryplus.common.text import WORD, char_trigrams, feature_hash
 
 
 EMBED_BATCH = 64            # texts tokenized at once (WordLlama's own batch)
+# Texts per embeddings request: providers cap a request (OpenAI at 2,048 texts and 300,000
+# tokens, Gemini at 100), and a bank's turns are read back thousands at once.
+REQUEST_TEXTS = 64
 POOL_TOKENS = 32768         # token vectors gathered at once: 32 MB at 256-d
 
 
@@ -145,6 +148,14 @@ def _shared_local() -> LocalEmbedder:
     if _LOCAL is None:
         _LOCAL = LocalEmbedder()
     return _LOCAL
+
+
+async def embed_all(embedder: EmbedderClient, texts: list[str]) -> list[list[float]]:
+    """`texts` embedded by the bank's embedder, REQUEST_TEXTS to a request."""
+    out: list[list[float]] = []
+    for first in range(0, len(texts), REQUEST_TEXTS):
+        out += await embedder.create_batch(texts[first:first + REQUEST_TEXTS])
+    return out
 
 
 def embed_rows(embedder: EmbedderClient, texts: list[str], dims: int | None = None) -> np.ndarray:

@@ -10,6 +10,7 @@ from graphiti_core.utils.bulk_utils import add_nodes_and_edges_bulk
 
 from memoryplus.engine import extract as local_extract
 from memoryplus.engine.bank_pool import Bank, BankPool
+from memoryplus.engine.embedders import embed_all
 from memoryplus.engine.episodes import FACT_TAGS, EpisodeMeta, append_summary, rule_summary, ts
 from memoryplus.wire.records import utc_now
 
@@ -93,7 +94,7 @@ class LocalGraphWriter:
             new_edges.append(edge)
 
         texts = [n.name for n in new_nodes.values()] + [e.fact for e in new_edges]
-        vectors = await bank.embedder.create_batch(texts) if texts else []
+        vectors = await embed_all(bank.embedder, texts)     # a long turn can name many
         for node, vec in zip(new_nodes.values(), vectors):
             node.name_embedding = vec
         for edge, vec in zip(new_edges, vectors[len(new_nodes):]):

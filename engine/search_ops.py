@@ -20,6 +20,7 @@ from memoryplus.common.text import WORD
 from memoryplus.engine import extract as local_extract
 from memoryplus.engine import graph_index
 from memoryplus.engine.bank_pool import Bank, BankPool
+from memoryplus.engine.embedders import embed_all
 from memoryplus.engine.episodes import COMPLETE, EpisodeMeta, ts
 from memoryplus.engine.excerpts import excerpts
 from memoryplus.engine.fusion import covering, fuse
@@ -178,7 +179,7 @@ class SearchOps:
                 rows = [r for r in await self.pool.query(bank, "episodes_all", gid=bank.slug)
                         if EpisodeMeta.parse(r["name"], r["uuid"]).state == COMPLETE]
                 users = [split_body(r["content"] or "")[0] or "-" for r in rows]
-                vectors = await bank.embedder.create_batch(users) if users else []
+                vectors = await embed_all(bank.embedder, users)
                 index = TurnIndex(dim=len(vectors[0]) if vectors else bank.manifest.embedding_dim or 1)
                 for r, v in zip(rows, vectors):
                     index.add(r["uuid"], r["content"] or "", ts(r["valid_at"]), v,

@@ -8,6 +8,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from graphiti_core.llm_client.errors import RateLimitError
 
+from memoryplus.engine.embedders import REQUEST_TEXTS
 from memoryplus.testing.scripted_llm import ScriptedLLMServer
 from memoryplus.wire.records import Credentials, Turn
 
@@ -150,6 +151,27 @@ async def test_remote_embeddings_use_their_own_endpoint(make_engine, llm):
     # The bank records the size the server really returned (the scripted one gives 384).
     assert stats.embedder == "openai:text-embedding-3-large:384" and stats.embedding_dim == 384
     assert stats.llm_calls == 0, "local extraction, though an LLM endpoint is configured"
+
+
+async def test_a_bank_larger_than_one_embeddings_request_reopens_and_is_searched(make_engine, llm, tmp_path):
+    """A provider caps the texts of one embeddings request (OpenAI at 2,048). A reopened bank
+    (as after its idle close) rebuilds its turn index from every stored turn: in requests
+    under the cap, so its search still answers."""
+    llm.max_embedding_inputs = REQUEST_TEXTS
+    settings = dict(extraction_engine="local", embedding_provider="openai", embedding_base_url=llm.base_url,
+                    embedding_api_key="sk-embed-bbbbbbbbbbbbbbbbbbbb")
+    turns = [Turn(id=str(i), user=f"My colleague number {i} is called Person{i}.", time=T0 + timedelta(hours=i))
+             for i in range(REQUEST_TEXTS + 8)]
+    turns.append(Turn(id="last", user="My sister Ingrid keeps bees in Uppsala.", time=T0 + timedelta(days=3)))
+    first = make_engine(tmp_path / "d", **settings)
+    assert len((await first.ingest("p", turns)).stored) == len(turns)
+    await first.close()
+    again = make_engine(tmp_path / "d", **settings)
+    found = await again.search("p", "who keeps bees?")
+    assert any("Ingrid" in r.text for r in found[:3])
+    sizes = [len(b["input"]) if isinstance(b["input"], list) else 1
+             for p, b in llm.requests if p.endswith("/embeddings")]
+    assert max(sizes) <= REQUEST_TEXTS and sum(sizes) > len(turns)
 
 
 @pytest.mark.option("embedding_provider")

@@ -278,6 +278,10 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._send_error_json(400, "'input' is required", 'invalid_request_error')
             return
+        if len(texts) > owner.max_embedding_inputs:
+            self._send_error_json(400, f"'$.input' is invalid: at most {owner.max_embedding_inputs} "
+                                  f"inputs per request, got {len(texts)}", 'invalid_request_error')
+            return
         tokens = sum(len(t) for t in texts) // 4
         owner._count('embeddings', 0, embedding_tokens=tokens)
         fault = self._pre('embeddings', False)

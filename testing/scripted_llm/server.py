@@ -82,6 +82,8 @@ class ScriptedLLMServer:
         ``latency_embeddings=True`` applies it to /v1/embeddings too.
     timeout_hold_s: how long a "timeout" fault holds the connection (default 5 s).
     serve_embeddings: set False to answer /v1/embeddings with 404 (a chat-only server).
+    max_embedding_inputs: texts one /v1/embeddings request may carry; more get a 400, as
+        OpenAI answers past its 2,048 (the default).
     requests: snapshot list of ``(path, parsed json body or None)``.
     calls: Counter per response-model / prompt kind (``'ExtractedEntities'``, ...,
         ``'chat'``, ``'rerank'``, ``'json_object'``, ``'embeddings'``).
@@ -102,6 +104,7 @@ class ScriptedLLMServer:
         self.latency_embeddings = False
         # False: /v1/embeddings answers 404, as a chat-only OpenAI-compatible server does
         self.serve_embeddings = True
+        self.max_embedding_inputs = 2048
         self.stream_chunk_delay_s = 0.0
         self.model_ids = list(model_ids)
         self.max_recorded = int(max_recorded)
