@@ -34,7 +34,8 @@ from memoryplus.engine.providers import (
     embeddings_unserved, llm_available, local_choice, resolve_embedder,
 )
 from memoryplus.engine.queries import q
-from memoryplus.engine.store import StoreError, close_kuzu, ensure_fulltext_indexes, open_kuzu, open_neo4j
+from memoryplus.engine.store import (StoreError, close_kuzu, ensure_fulltext_indexes, ensure_turn_vectors,
+                                     open_kuzu, open_neo4j)
 from memoryplus.engine.turn_index import TurnIndex
 from memoryplus.wire.banks import BankDirectory, BankManifest, check_name, slug
 from memoryplus.wire.records import Credentials, utc_now
@@ -269,6 +270,7 @@ class BankPool:
                                              app=self.app)
             try:
                 await ensure_fulltext_indexes(driver)
+                await ensure_turn_vectors(driver)
             except Exception:
                 close_kuzu(driver, bank_dir)
                 raise

@@ -18,7 +18,7 @@ from memoryplus.engine.errors import EngineError
 from memoryplus.engine.local_writer import LocalGraphWriter
 from memoryplus.engine.providers import TurnBudget, turn_budget, unusable_answer
 from memoryplus.engine.removal import RemovalOps
-from memoryplus.engine.turn_index import reply_vectors, split_body
+from memoryplus.engine.turn_index import compact, pack_vectors, reply_vectors, split_body, vectors_tag
 from memoryplus.wire.banks import episode_uuid
 from memoryplus.wire.records import IngestReport, Turn, utc_now
 
@@ -121,26 +121,28 @@ class IngestOps:
                                source=EpisodeType.message, content=body,
                                source_description=meta.description(),
                                created_at=utc_now(), valid_at=when)
+        # the turn index's vectors of it, kept on its row too (turn_index.pack_vectors)
+        vec = (await bank.embedder.create_batch([split_body(body)[0] or "-"]))[0]
+        replies = compact(reply_vectors(bank.embedder, body))
+        vectors = pack_vectors(vectors_tag(bank.manifest.embedder, bank.embedder), vec, replies)
         if self.pool.extraction == "llm":
             await episode.save(bank.driver)      # pending: visible to recovery, not yet complete
             edges = await self._store_llm(bank, episode, meta)
             meta.state = COMPLETE
-            await self._complete(bank, ep_uuid, meta, edges)
+            await self._complete(bank, ep_uuid, meta, edges, vectors)
         else:
-            await self._store_local(bank, episode, meta)
-        if bank.turns is not None or bank.turns_pending is not None:
-            vec = (await bank.embedder.create_batch([split_body(body)[0] or "-"]))[0]
-            replies = reply_vectors(bank.embedder, body)
-            if bank.turns is not None:
-                bank.turns.add(ep_uuid, body, when, vec, replies)
-            else:                   # the index is being built from a read that may miss it
-                bank.turns_pending.append(("add", (ep_uuid, body, when, vec, replies)))
+            await self._store_local(bank, episode, meta, vectors)
+        if bank.turns is not None:
+            bank.turns.add(ep_uuid, body, when, vec, replies)
+        elif bank.turns_pending is not None:    # the index is being built from a read that may miss it
+            bank.turns_pending.append(("add", (ep_uuid, body, when, vec, replies)))
 
-    async def _complete(self, bank: Bank, ep_uuid: str, meta: EpisodeMeta, edges: list[str]) -> None:
+    async def _complete(self, bank: Bank, ep_uuid: str, meta: EpisodeMeta, edges: list[str],
+                        vectors: str) -> None:
         await self.pool.query(bank, "set_episode_meta", uuid=ep_uuid, name=meta.dump(), entity_edges=edges,
-                              description=meta.description())
+                              description=meta.description(), vectors=vectors)
 
-    async def _store_local(self, bank: Bank, episode: EpisodicNode, meta: EpisodeMeta) -> None:
+    async def _store_local(self, bank: Bank, episode: EpisodicNode, meta: EpisodeMeta, vectors: str) -> None:
         """The local route writes a turn in one Kuzu transaction: one commit for its dozens of
         rows, not one each (long turns: ~15 -> ~22 turns/s), and a failure leaves nothing of
         it. The LLM route cannot: searches wait while a transaction is open, and it waits on
@@ -150,7 +152,7 @@ class IngestOps:
                 await episode.save(bank.driver)
                 edges = await self.writer.write(bank, episode, meta)
                 meta.state = COMPLETE
-                await self._complete(bank, episode.uuid, meta, edges)
+                await self._complete(bank, episode.uuid, meta, edges, vectors)
         except BaseException:
             bank.entities = None     # the writer added the rolled-back entities to the index
             raise

@@ -40,6 +40,12 @@ def _queries(p: GraphProvider) -> dict[str, str]:
         "episodes_before": (f"MATCH (e:Episodic) WHERE e.group_id = $gid AND e.created_at < $before "
                             f"RETURN {_EPISODE_FIELDS}"),
         "episodes_all": f"MATCH (e:Episodic) WHERE e.group_id = $gid RETURN {_EPISODE_FIELDS}",
+        # what the turn index is built from (turn_index.pack_vectors: the vectors kept)
+        "turns_for_index": ("MATCH (e:Episodic) WHERE e.group_id = $gid RETURN e.uuid AS uuid, "
+                            "e.name AS name, e.content AS content, e.valid_at AS valid_at, "
+                            "e.turn_vectors AS turn_vectors"),
+        "set_turn_vectors": ("UNWIND $rows AS r MATCH (e:Episodic) WHERE e.uuid = r.uuid "
+                             "SET e.turn_vectors = r.vectors"),
         # the entities first: Kuzu then follows their mentions instead of filtering all of them
         "episode_uuids_mentioning": (
             "MATCH (n:Entity) WHERE n.uuid IN $uuids MATCH (e:Episodic)-[:MENTIONS]->(n) "
@@ -83,7 +89,8 @@ def _queries(p: GraphProvider) -> dict[str, str]:
         "expire_fact": (f"MATCH {fact} WHERE r.uuid = $uuid "
                         "SET r.invalid_at = $invalid_at, r.expired_at = $expired_at"),
         "set_episode_meta": ("MATCH (e:Episodic) WHERE e.uuid = $uuid SET e.name = $name, "
-                             "e.entity_edges = $entity_edges, e.source_description = $description"),
+                             "e.entity_edges = $entity_edges, e.source_description = $description, "
+                             "e.turn_vectors = $vectors"),
         "count_episodes": "MATCH (e:Episodic) WHERE e.group_id = $gid RETURN count(e) AS n",
         "count_entities": "MATCH (n:Entity) WHERE n.group_id = $gid RETURN count(n) AS n",
         "count_facts": f"MATCH {fact} WHERE r.group_id = $gid RETURN count(r) AS n",

@@ -4,10 +4,12 @@ past answered by the facts that were replaced."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 from datetime import datetime, timedelta, timezone
 from typing import Any, Sequence
 
+import numpy as np
 from graphiti_core.driver.driver import GraphProvider
 from graphiti_core.nodes import EpisodeType, EpisodicNode
 from graphiti_core.search.search_config import (
@@ -24,9 +26,13 @@ from memoryplus.engine.embedders import embed_all
 from memoryplus.engine.episodes import COMPLETE, EpisodeMeta, ts
 from memoryplus.engine.excerpts import excerpts
 from memoryplus.engine.fusion import covering, fuse
-from memoryplus.engine.turn_index import TurnIndex, reply_query, reply_vectors, split_body
+from memoryplus.engine.turn_index import (TurnIndex, compact, pack_vectors, reply_query, reply_vectors, split_body,
+                                          unpack_vectors, vectors_tag)
 from memoryplus.wire.records import SearchResult, as_utc
 
+log = logging.getLogger(__name__)
+
+KEEP_VECTORS_ROWS = 256     # turns whose vectors one query writes (~3.5 KB each for a dev turn)
 SUPERSEDED_FOR = 5          # a question about the past: the top current facts whose predecessors count
 NOW_SLACK = timedelta(days=1)   # see search(): the zone of a conversation's dates is unknown
 GRAPH_QUERY_WORDS = 128     # graphiti's Kuzu full-text search drops a longer query (MAX_QUERY_LENGTH)
@@ -176,20 +182,40 @@ class SearchOps:
         if bank.turns is None:
             bank.turns_pending = []             # writes while it is read go here, then in
             try:
-                rows = [r for r in await self.pool.query(bank, "episodes_all", gid=bank.slug)
+                rows = [r for r in await self.pool.query(bank, "turns_for_index", gid=bank.slug)
                         if EpisodeMeta.parse(r["name"], r["uuid"]).state == COMPLETE]
-                users = [split_body(r["content"] or "")[0] or "-" for r in rows]
-                vectors = await embed_all(bank.embedder, users)
-                index = TurnIndex(dim=len(vectors[0]) if vectors else bank.manifest.embedding_dim or 1)
-                for r, v in zip(rows, vectors):
-                    index.add(r["uuid"], r["content"] or "", ts(r["valid_at"]), v,
-                              reply_vectors(bank.embedder, r["content"] or ""))
+                tag = vectors_tag(bank.manifest.embedder, bank.embedder)
+                kept = [unpack_vectors(r["turn_vectors"], tag) for r in rows]
+                # turns stored before their vectors were kept, or by other embedders
+                missing = [i for i, k in enumerate(kept) if k is None]
+                users = await embed_all(bank.embedder, [split_body(rows[i]["content"] or "")[0] or "-"
+                                                        for i in missing])
+                for i, v in zip(missing, users):
+                    replies = reply_vectors(bank.embedder, rows[i]["content"] or "")
+                    kept[i] = (np.asarray(v, np.float32), compact(replies))
+                index = TurnIndex(dim=len(kept[0][0]) if kept else bank.manifest.embedding_dim or 1)
+                for r, (v, replies) in zip(rows, kept):
+                    index.add(r["uuid"], r["content"] or "", ts(r["valid_at"]), v, replies)
                 for op, args in bank.turns_pending:
                     index.add(*args) if op == "add" else index.remove(*args)
                 bank.turns = index
             finally:
                 bank.turns_pending = None
+            if missing:         # kept, so that the next open embeds none of them again
+                await self._keep_vectors(bank, [(rows[i]["uuid"], pack_vectors(tag, *kept[i])) for i in missing])
         return bank.turns
+
+    async def _keep_vectors(self, bank: Bank, packed: list[tuple[str, str]]) -> None:
+        """Write turns' vectors to their rows (an older bank's, once); a failure costs only
+        their embedding again at the next open."""
+        try:
+            async with bank.write_lock:
+                for first in range(0, len(packed), KEEP_VECTORS_ROWS):
+                    await self.pool.query(bank, "set_turn_vectors", rows=[
+                        {"uuid": u, "vectors": v} for u, v in packed[first:first + KEEP_VECTORS_ROWS]])
+                bank.unflushed += 1
+        except Exception as exc:    # noqa: BLE001 - the index is built; the search goes on
+            log.warning("bank %r: the turns' vectors were not kept (%s)", bank.name, type(exc).__name__)
 
     async def _turn_hits(self, bank: Bank, text: str, until: datetime | None, depth: int,
                          past: bool = False, related: Sequence[str] = (), ref: datetime | None = None,

@@ -237,6 +237,13 @@ async def ensure_fulltext_indexes(driver: GraphDriver) -> None:
             await driver.execute_query(f"CALL DROP_FTS_INDEX('{table}', '{index}')")
 
 
+async def ensure_turn_vectors(driver: GraphDriver) -> None:
+    """The column each turn's vectors are kept in (turn_index.pack_vectors); an older bank
+    gains it when it opens (Neo4j needs no column)."""
+    if driver.provider == GraphProvider.KUZU:
+        await driver.execute_query("ALTER TABLE Episodic ADD IF NOT EXISTS turn_vectors STRING")
+
+
 # Kuzu locks a database against other processes only: a second kuzu.Database on the same file
 # in this process opens without complaint, and the two then overwrite each other's pages. So
 # every open driver is recorded, and one still open when its bank is opened again (left by an

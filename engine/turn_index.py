@@ -21,13 +21,19 @@ often holds the detail asked for. A question that adds up, compares or orders oc
 ("how many … in total", "which came first") spreads its turns over conversations instead
 (SPREAD): its evidence is one turn in each of several.
 
-Kept in memory only, built from the bank on its first search and kept in step with every
-write and removal: it holds no text (token counts and vectors), and nothing of it is saved,
-so a forgotten turn leaves nothing behind here either.
+Kept in memory, built from the bank on its first search and kept in step with every write
+and removal: it holds no text (token counts and vectors). Each turn's vectors are also kept
+on the turn's own row in the bank (pack_vectors), so that opening a bank embeds nothing again
+(an API embedder was asked for every turn at each start); a forgotten turn's row goes, and
+its vectors with it.
 """
 from __future__ import annotations
 
+import base64
+import binascii
 import math
+import struct
+import zlib
 from array import array
 from collections import Counter
 from dataclasses import dataclass, field
@@ -123,12 +129,54 @@ def reply_query(bank_embedder, query: str, query_vector=None) -> np.ndarray | No
 
 def compact(vectors) -> np.ndarray:
     """Sentence vectors as the index keeps them: the first REPLY_DIM dimensions, renormalised,
-    as signed bytes (one row each; none: no row)."""
+    as signed bytes (one row each; none: no row; rows compact already pass as they are)."""
     if vectors is None or not len(vectors):
         return np.zeros((0, REPLY_DIM), np.int8)
+    if isinstance(vectors, np.ndarray) and vectors.dtype == np.int8:
+        return vectors
     v = np.asarray(vectors, np.float32)[:, :REPLY_DIM]
     v = v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-9)
     return np.round(v * 127).astype(np.int8)
+
+
+# A turn's vectors on its row (Episodic.turn_vectors): base64 of a header (format, a tag of
+# the two embedders that made them, the user vector's size, the reply's rows and their
+# width), the user message's vector in float32, then the reply's compact rows.
+_PACKED = struct.Struct("<2sIHHB")
+_FORMAT = b"T1"
+
+
+def vectors_tag(bank_embedder_id: str, bank_embedder) -> int:
+    """Which embedders a turn's vectors come from: the bank's (its manifest id) and the reply
+    sentences' (sentence_embedder). Vectors of any other pair are embedded again."""
+    by = sentence_embedder(bank_embedder)
+    return zlib.crc32(f"{bank_embedder_id}|{type(by).__name__ if by else '-'}".encode())
+
+
+def pack_vectors(tag: int, user_vector, replies) -> str:
+    """A turn's vectors as its row keeps them: the user message's and the reply's sentences'
+    (compact() rows or vectors; none: no rows)."""
+    v = np.asarray(user_vector, np.float32)
+    rows = compact(replies)
+    head = _PACKED.pack(_FORMAT, tag, len(v), len(rows), rows.shape[1])
+    return base64.b64encode(head + v.tobytes() + rows.tobytes()).decode("ascii")
+
+
+def unpack_vectors(text: str | None, tag: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """(user vector, compact reply rows) from pack_vectors' text; None when there is none,
+    it is damaged, or other embedders made it (`tag`)."""
+    if not text:
+        return None
+    try:
+        raw = base64.b64decode(text, validate=True)
+        fmt, got, dim, n, width = _PACKED.unpack_from(raw)
+    except (binascii.Error, struct.error, ValueError):
+        return None
+    start = _PACKED.size + 4 * dim
+    if fmt != _FORMAT or got != tag or len(raw) != start + width * n:
+        return None
+    return (np.frombuffer(raw, np.float32, dim, _PACKED.size).copy(),
+            np.frombuffer(raw, np.int8, width * n, start).reshape(n, width).copy())
 
 
 def compact_query(vector) -> np.ndarray:

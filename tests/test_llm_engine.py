@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from datetime import datetime, timedelta, timezone
 
+import kuzu
 import pytest
 from graphiti_core.llm_client.errors import RateLimitError
 
@@ -153,10 +154,17 @@ async def test_remote_embeddings_use_their_own_endpoint(make_engine, llm):
     assert stats.llm_calls == 0, "local extraction, though an LLM endpoint is configured"
 
 
-async def test_a_bank_larger_than_one_embeddings_request_reopens_and_is_searched(make_engine, llm, tmp_path):
-    """A provider caps the texts of one embeddings request (OpenAI at 2,048). A reopened bank
-    (as after its idle close) rebuilds its turn index from every stored turn: in requests
-    under the cap, so its search still answers."""
+def embedded_texts(llm) -> list[int]:
+    """The number of texts of each embeddings request the scripted server received."""
+    return [len(b["input"]) if isinstance(b["input"], list) else 1
+            for p, b in llm.requests if p.endswith("/embeddings")]
+
+
+async def test_a_reopened_bank_embeds_none_of_its_turns_again(make_engine, llm, tmp_path):
+    """Opening a bank (every start of PyGPT) rebuilds its turn index from the turns' vectors
+    kept on their rows: an API embedder is asked for the query only, not for every turn. A
+    bank from before they were kept (its rows cleared here) is embedded once, in requests
+    under the provider's cap on texts (OpenAI's is 2,048), and keeps them from then on."""
     llm.max_embedding_inputs = REQUEST_TEXTS
     settings = dict(extraction_engine="local", embedding_provider="openai", embedding_base_url=llm.base_url,
                     embedding_api_key="sk-embed-bbbbbbbbbbbbbbbbbbbb")
@@ -166,12 +174,22 @@ async def test_a_bank_larger_than_one_embeddings_request_reopens_and_is_searched
     first = make_engine(tmp_path / "d", **settings)
     assert len((await first.ingest("p", turns)).stored) == len(turns)
     await first.close()
-    again = make_engine(tmp_path / "d", **settings)
-    found = await again.search("p", "who keeps bees?")
-    assert any("Ingrid" in r.text for r in found[:3])
-    sizes = [len(b["input"]) if isinstance(b["input"], list) else 1
-             for p, b in llm.requests if p.endswith("/embeddings")]
-    assert max(sizes) <= REQUEST_TEXTS and sum(sizes) > len(turns)
+
+    async def reopened_search() -> list[int]:
+        before = len(embedded_texts(llm))
+        eng = make_engine(tmp_path / "d", **settings)
+        found = await eng.search("p", "who keeps bees?")
+        await eng.close()
+        assert any("Ingrid" in r.text for r in found[:3])
+        return embedded_texts(llm)[before:]
+
+    assert sum(await reopened_search()) <= 2        # the query, for the turns and for graphiti
+    db = kuzu.Database(str(next((tmp_path / "d").rglob("graph.kuzu"))))
+    kuzu.Connection(db).execute("MATCH (e:Episodic) SET e.turn_vectors = NULL")
+    db.close()
+    rebuilt = await reopened_search()
+    assert max(rebuilt) <= REQUEST_TEXTS and sum(rebuilt) > len(turns)
+    assert sum(await reopened_search()) <= 2
 
 
 @pytest.mark.option("embedding_provider")

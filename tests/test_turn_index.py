@@ -72,7 +72,7 @@ async def test_turns_stored_while_the_index_is_built_are_in_it(engine, monkeypat
 
     async def slow_read(bank_, name, /, **params):
         rows = await query(bank_, name, **params)
-        if name == "episodes_all":         # the read is done: hold the build here
+        if name == "turns_for_index":      # the read is done: hold the build here
             read.set()
             await go_on.wait()
         return rows
@@ -150,6 +150,33 @@ def test_the_reply_sentences_are_kept_small():
     assert sentences == ["One.", "Two!", "Three?", "Four"]
     kept = compact(np.random.default_rng(0).normal(size=(len(sentences), 256)))
     assert kept.dtype == np.int8 and kept.shape == (4, REPLY_DIM)
+
+
+def test_a_turns_kept_vectors_rebuild_the_same_index():
+    """The vectors kept on a turn's row (pack_vectors) give back the index built from the
+    embedders, to the last bit; vectors of other embedders, or damaged, are not used."""
+    from memoryplus.engine.embedders import HashEmbedder
+    from memoryplus.engine.turn_index import pack_vectors, reply_vectors, unpack_vectors, vectors_tag
+    emb = HashEmbedder(32)
+    tag = vectors_tag("hash:hash:32", emb)
+    bodies = [f"User: note {i} about {w}\nAssistant: The {w} is fine. Ask me again. Bye."
+              for i, w in enumerate(["cello", "oboe", "garden", "taxes", "cello lessons"])]
+    fresh, restored = TurnIndex(dim=32), TurnIndex(dim=32)
+    for i, body in enumerate(bodies):
+        user, replies = emb.embed_one(split_body(body)[0]), reply_vectors(emb, body)
+        fresh.add(f"u{i}", body, T0 + timedelta(days=i), user, replies)
+        kept = unpack_vectors(pack_vectors(tag, user, compact(replies)), tag)
+        assert kept is not None and kept[1].dtype == np.int8
+        restored.add(f"u{i}", body, T0 + timedelta(days=i), *kept)
+    for q in ("cello", "what did you say about the garden", "taxes"):
+        args = (q, emb.embed_one(q), 5)
+        assert fresh.search(*args, reply_vector=emb.embed_one(q)) == \
+            restored.search(*args, reply_vector=emb.embed_one(q))
+    packed = pack_vectors(tag, emb.embed_one("x"), None)
+    assert unpack_vectors(packed, tag)[1].shape == (0, compact(None).shape[1])
+    assert unpack_vectors(packed, vectors_tag("openai:text-embedding-3-small:1536", emb)) is None
+    assert unpack_vectors(packed[:-8], tag) is None and unpack_vectors("not base64!", tag) is None
+    assert unpack_vectors(None, tag) is None
 
 
 def test_a_question_that_adds_up_occasions_gets_turns_of_each_conversation():
