@@ -126,10 +126,12 @@ class IngestOps:
         replies = compact(reply_vectors(bank.embedder, body))
         vectors = pack_vectors(vectors_tag(bank.manifest.embedder, bank.embedder), vec, replies)
         if self.pool.extraction == "llm":
-            await episode.save(bank.driver)      # pending: visible to recovery, not yet complete
+            async with self.pool.all_or_nothing(bank):  # pending: visible to recovery, not yet complete
+                await episode.save(bank.driver)
+                await self._keep_vectors(bank, ep_uuid, vectors)
             edges = await self._store_llm(bank, episode, meta)
             meta.state = COMPLETE
-            await self._complete(bank, ep_uuid, meta, edges, vectors)
+            await self._complete(bank, ep_uuid, meta, edges)
         else:
             await self._store_local(bank, episode, meta, vectors)
         if bank.turns is not None:
@@ -137,10 +139,15 @@ class IngestOps:
         elif bank.turns_pending is not None:    # the index is being built from a read that may miss it
             bank.turns_pending.append(("add", (ep_uuid, body, when, vec, replies)))
 
-    async def _complete(self, bank: Bank, ep_uuid: str, meta: EpisodeMeta, edges: list[str],
-                        vectors: str) -> None:
+    async def _complete(self, bank: Bank, ep_uuid: str, meta: EpisodeMeta, edges: list[str]) -> None:
         await self.pool.query(bank, "set_episode_meta", uuid=ep_uuid, name=meta.dump(), entity_edges=edges,
-                              description=meta.description(), vectors=vectors)
+                              description=meta.description())
+
+    async def _keep_vectors(self, bank: Bank, ep_uuid: str, vectors: str) -> None:
+        """On the turn's row, in the transaction that writes it: Kuzu sets a long text on a row
+        it has already committed at a cost in buffer pool (a bank of 400 turns stored by the
+        LLM failed with "the buffer pool is full" when it was set with the turn's metadata)."""
+        await self.pool.query(bank, "set_turn_vectors", rows=[{"uuid": ep_uuid, "vectors": vectors}])
 
     async def _store_local(self, bank: Bank, episode: EpisodicNode, meta: EpisodeMeta, vectors: str) -> None:
         """The local route writes a turn in one Kuzu transaction: one commit for its dozens of
@@ -150,9 +157,10 @@ class IngestOps:
         try:
             async with self.pool.all_or_nothing(bank):
                 await episode.save(bank.driver)
+                await self._keep_vectors(bank, episode.uuid, vectors)
                 edges = await self.writer.write(bank, episode, meta)
                 meta.state = COMPLETE
-                await self._complete(bank, episode.uuid, meta, edges, vectors)
+                await self._complete(bank, episode.uuid, meta, edges)
         except BaseException:
             bank.entities = None     # the writer added the rolled-back entities to the index
             raise

@@ -89,8 +89,7 @@ def _queries(p: GraphProvider) -> dict[str, str]:
         "expire_fact": (f"MATCH {fact} WHERE r.uuid = $uuid "
                         "SET r.invalid_at = $invalid_at, r.expired_at = $expired_at"),
         "set_episode_meta": ("MATCH (e:Episodic) WHERE e.uuid = $uuid SET e.name = $name, "
-                             "e.entity_edges = $entity_edges, e.source_description = $description, "
-                             "e.turn_vectors = $vectors"),
+                             "e.entity_edges = $entity_edges, e.source_description = $description"),
         "count_episodes": "MATCH (e:Episodic) WHERE e.group_id = $gid RETURN count(e) AS n",
         "count_entities": "MATCH (n:Entity) WHERE n.group_id = $gid RETURN count(n) AS n",
         "count_facts": f"MATCH {fact} WHERE r.group_id = $gid RETURN count(r) AS n",
