@@ -129,7 +129,7 @@ class IngestOps:
             async with self.pool.all_or_nothing(bank):  # pending: visible to recovery, not yet complete
                 await episode.save(bank.driver)
                 await self._keep_vectors(bank, ep_uuid, vectors)
-            edges = await self._store_llm(bank, episode, meta)
+            edges = await self._store_llm(bank, episode, meta, vectors)
             meta.state = COMPLETE
             await self._complete(bank, ep_uuid, meta, edges)
         else:
@@ -165,7 +165,7 @@ class IngestOps:
             bank.entities = None     # the writer added the rolled-back entities to the index
             raise
 
-    async def _store_llm(self, bank: Bank, episode: EpisodicNode, meta: EpisodeMeta) -> list[str]:
+    async def _store_llm(self, bank: Bank, episode: EpisodicNode, meta: EpisodeMeta, vectors: str) -> list[str]:
         """graphiti's extraction; where the model's answer is unusable, the rules'."""
         ep_uuid = episode.uuid
         try:
@@ -180,7 +180,9 @@ class IngestOps:
                         bank.name, meta.fallback)
             # Whatever graphiti wrote before it gave up goes; the turn is stored by rules.
             await self.removal.remove_episodes(bank, [ep_uuid])
-            await episode.save(bank.driver)
+            async with self.pool.all_or_nothing(bank):   # the row and its vectors, as _store writes them
+                await episode.save(bank.driver)
+                await self._keep_vectors(bank, ep_uuid, vectors)
             edges = await self.writer.write(bank, episode, meta)
             found_tags = []
         if found_tags:  # the LLM's Emotion/Topic entities become the turn's tags too

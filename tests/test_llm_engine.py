@@ -192,6 +192,28 @@ async def test_a_reopened_bank_embeds_none_of_its_turns_again(make_engine, llm, 
     assert sum(await reopened_search()) <= 2
 
 
+async def test_turns_the_model_could_not_extract_keep_their_vectors_too(make_engine, llm, tmp_path):
+    """A turn whose LLM answer was unusable is stored by local extraction; reopened, its bank
+    still asks the embedder for the query alone (that re-saved row had none until 2026-12-05)."""
+    settings = {**llm_settings(llm), "embedding_provider": "openai", "embedding_base_url": llm.base_url,
+                "embedding_api_key": "sk-embed-bbbbbbbbbbbbbbbbbbbb"}
+    llm.inject("garbage", count=1000, structured_only=True)
+    first = make_engine(tmp_path / "d", **settings)
+    turns = [Turn(id="1", user="My sister Ingrid keeps bees in Uppsala.", assistant="Lovely.", time=T0),
+             Turn(id="2", user="My dentist is Dr Okafor.", assistant="Noted.", time=T0 + timedelta(hours=1)),
+             Turn(id="3", user="I play the cello on Sundays.", assistant="Nice.", time=T0 + timedelta(hours=2))]
+    rep = await first.ingest("p", turns)
+    assert rep.stored == ["1", "2", "3"] and set(rep.fallbacks) == {"1", "2", "3"}, rep
+    await first.close()
+    llm.clear_faults()
+    before = len(embedded_texts(llm))
+    eng = make_engine(tmp_path / "d", **settings)
+    found = await eng.search("p", "who keeps bees?")
+    await eng.close()
+    assert any("Ingrid" in r.text for r in found[:3])
+    assert sum(embedded_texts(llm)[before:]) <= 2        # the query, for the turns and for graphiti
+
+
 @pytest.mark.option("embedding_provider")
 async def test_the_embedding_provider_chosen_wins_over_a_configured_key(make_engine, llm, tmp_path):
     key = dict(embedding_base_url=llm.base_url, embedding_api_key="sk-embed-bbbbbbbbbbbbbbbbbbbb")
