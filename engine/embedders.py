@@ -7,6 +7,7 @@ across runs and machines, for tests and benchmarks that must not depend on model
 """
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import threading
@@ -30,6 +31,7 @@ class LocalEmbedder(EmbedderClient):
     name = "local:wordllama-l2-256"
     dim = 256
     _model = None
+    _tokenizer = None   # the model's, unpadded (see _load)
     _lock = threading.Lock()
 
     @staticmethod
@@ -49,8 +51,15 @@ class LocalEmbedder(EmbedderClient):
                 from wordllama import WordLlama
                 # The weights and tokenizer live in the package; disable_download makes a
                 # missing file an error instead of a silent trip to a model hub.
-                cls._model = WordLlama.load(cache_dir=Path(wordllama.__file__).parent,
-                                            disable_download=True, dim=cls.dim)
+                model = WordLlama.load(cache_dir=Path(wordllama.__file__).parent,
+                                       disable_download=True, dim=cls.dim)
+                # A copy of its tokenizer that does not pad a batch to its longest text, nor
+                # compute offsets (encode_batch_fast): embed_array reads each text's own ids,
+                # and this was half of embedding a reply's ~20 sentences.
+                from tokenizers import Tokenizer
+                tokenizer = Tokenizer.from_str(model.tokenizer.to_str())
+                tokenizer.no_padding()
+                cls._tokenizer, cls._model = tokenizer, model
         return cls._model
 
     def embed_sync(self, texts: list[str]) -> list[list[float]]:
@@ -63,28 +72,30 @@ class LocalEmbedder(EmbedderClient):
         messages made it slow and took hundreds of MB. `dims`: only the first ones (the
         model is trained to be cut there), renormalised."""
         model = self._load()
+        encode = getattr(self._tokenizer, "encode_batch_fast", self._tokenizer.encode_batch)
         table = model.embedding if dims is None else model.embedding[:, :dims]
         out = np.zeros((len(texts), table.shape[1]), np.float32)
-        pending: list[tuple[int, np.ndarray]] = []
+        pending: list[tuple[int, list[int]]] = []
         held = 0
 
         def pool() -> None:
-            rows = [i for i, _ in pending]
-            ids = np.concatenate([t for _, t in pending])
-            starts = np.cumsum([0] + [len(t) for _, t in pending[:-1]])
+            # one array, one clip, one gather for all the pending texts (not per text)
+            ids = np.fromiter(itertools.chain.from_iterable(t for _, t in pending), np.int64, held)
+            np.clip(ids, 0, table.shape[0] - 1, out=ids)
+            lengths = np.fromiter((len(t) for _, t in pending), np.int64, len(pending))
+            starts = np.concatenate(([0], np.cumsum(lengths[:-1])))
             sums = np.add.reduceat(table[ids], starts, axis=0)
-            out[rows] = sums / np.array([[len(t)] for _, t in pending], np.float32)
+            out[[i for i, _ in pending]] = sums / lengths[:, None].astype(np.float32)
             pending.clear()
 
         for first in range(0, len(texts), EMBED_BATCH):
             batch = [t if t.strip() else "-" for t in texts[first:first + EMBED_BATCH]]
-            for i, enc in enumerate(model.tokenize(batch), first):
-                n = int(sum(enc.attention_mask))
-                if not n:
+            for i, enc in enumerate(encode(batch, add_special_tokens=False), first):
+                ids = enc.ids           # a new list at each read
+                if not ids:
                     continue            # no token at all: a zero vector, as WordLlama's
-                ids = np.clip(np.asarray(enc.ids[:n], np.int64), 0, table.shape[0] - 1)
                 pending.append((i, ids))
-                held += n
+                held += len(ids)
                 if held >= POOL_TOKENS:
                     pool()
                     held = 0
