@@ -126,9 +126,7 @@ class IngestOps:
         replies = compact(reply_vectors(bank.embedder, body))
         vectors = pack_vectors(vectors_tag(bank.manifest.embedder, bank.embedder), vec, replies)
         if self.pool.extraction == "llm":
-            async with self.pool.all_or_nothing(bank):  # pending: visible to recovery, not yet complete
-                await episode.save(bank.driver)
-                await self._keep_vectors(bank, ep_uuid, vectors)
+            await self._save_turn(bank, episode, vectors)  # pending: visible to recovery, not yet complete
             edges = await self._store_llm(bank, episode, meta, vectors)
             meta.state = COMPLETE
             await self._complete(bank, ep_uuid, meta, edges)
@@ -143,11 +141,16 @@ class IngestOps:
         await self.pool.query(bank, "set_episode_meta", uuid=ep_uuid, name=meta.dump(), entity_edges=edges,
                               description=meta.description())
 
-    async def _keep_vectors(self, bank: Bank, ep_uuid: str, vectors: str) -> None:
-        """On the turn's row, in the transaction that writes it: Kuzu sets a long text on a row
-        it has already committed at a cost in buffer pool (a bank of 400 turns stored by the
-        LLM failed with "the buffer pool is full" when it was set with the turn's metadata)."""
-        await self.pool.query(bank, "set_turn_vectors", rows=[{"uuid": ep_uuid, "vectors": vectors}])
+    async def _save_turn(self, bank: Bank, episode: EpisodicNode, vectors: str) -> None:
+        """The turn's row as graphiti's `EpisodicNode.save` writes it, with its vectors in the
+        same query: one query, not two (~0.7 ms of a long turn's ~17 ms), and in the write
+        of the row. Kuzu sets a long text on a row it has already committed at a cost in
+        buffer pool: a bank of 400 turns stored by the LLM failed with "the buffer pool is
+        full" when the vectors were set with the turn's metadata."""
+        await self.pool.query(bank, "save_turn", uuid=episode.uuid, name=episode.name, group_id=episode.group_id,
+                              source_description=episode.source_description, content=episode.content,
+                              entity_edges=episode.entity_edges, created_at=episode.created_at,
+                              valid_at=episode.valid_at, source=episode.source.value, turn_vectors=vectors)
 
     async def _store_local(self, bank: Bank, episode: EpisodicNode, meta: EpisodeMeta, vectors: str) -> None:
         """The local route writes a turn in one Kuzu transaction: one commit for its dozens of
@@ -156,8 +159,7 @@ class IngestOps:
         the network."""
         try:
             async with self.pool.all_or_nothing(bank):
-                await episode.save(bank.driver)
-                await self._keep_vectors(bank, episode.uuid, vectors)
+                await self._save_turn(bank, episode, vectors)
                 edges = await self.writer.write(bank, episode, meta)
                 meta.state = COMPLETE
                 await self._complete(bank, episode.uuid, meta, edges)
@@ -180,9 +182,7 @@ class IngestOps:
                         bank.name, meta.fallback)
             # Whatever graphiti wrote before it gave up goes; the turn is stored by rules.
             await self.removal.remove_episodes(bank, [ep_uuid])
-            async with self.pool.all_or_nothing(bank):   # the row and its vectors, as _store writes them
-                await episode.save(bank.driver)
-                await self._keep_vectors(bank, ep_uuid, vectors)
+            await self._save_turn(bank, episode, vectors)
             edges = await self.writer.write(bank, episode, meta)
             found_tags = []
         if found_tags:  # the LLM's Emotion/Topic entities become the turn's tags too

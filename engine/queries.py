@@ -9,6 +9,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from graphiti_core.driver.driver import GraphProvider
+from graphiti_core.models.nodes.node_db_queries import get_episode_node_save_query
 
 K, N = GraphProvider.KUZU, GraphProvider.NEO4J
 
@@ -28,6 +29,13 @@ def q(name: str, provider: GraphProvider) -> str:
     return _queries(K if provider == K else N)[name]
 
 
+def _with_vectors(save: str) -> str:
+    head, sep, tail = save.rpartition("RETURN")
+    if not sep:
+        raise RuntimeError("graphiti's episode save query has changed: it returns nothing")
+    return f"{head}SET n.turn_vectors = $turn_vectors\n{sep}{tail}"
+
+
 @lru_cache(maxsize=None)
 def _queries(p: GraphProvider) -> dict[str, str]:
     fact = _FACT[p]
@@ -44,6 +52,8 @@ def _queries(p: GraphProvider) -> dict[str, str]:
         "turns_for_index": ("MATCH (e:Episodic) WHERE e.group_id = $gid RETURN e.uuid AS uuid, "
                             "e.name AS name, e.content AS content, e.valid_at AS valid_at, "
                             "e.turn_vectors AS turn_vectors"),
+        # a turn's row as graphiti's EpisodicNode.save writes it, and its vectors
+        "save_turn": _with_vectors(get_episode_node_save_query(p)),
         "set_turn_vectors": ("UNWIND $rows AS r MATCH (e:Episodic) WHERE e.uuid = r.uuid "
                              "SET e.turn_vectors = r.vectors"),
         # the entities first: Kuzu then follows their mentions instead of filtering all of them
