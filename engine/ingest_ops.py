@@ -6,6 +6,7 @@ import hashlib
 import logging
 from datetime import datetime
 
+from graphiti_core.driver.driver import GraphProvider
 from graphiti_core.nodes import EpisodeType, EpisodicNode
 
 from memoryplus.common.text import truncate_tokens
@@ -129,7 +130,7 @@ class IngestOps:
             await self._save_turn(bank, episode, vectors)  # pending: visible to recovery, not yet complete
             edges = await self._store_llm(bank, episode, meta, vectors)
             meta.state = COMPLETE
-            await self._complete(bank, ep_uuid, meta, edges)
+            await self._complete(bank, ep_uuid, meta, edges, vectors)
         else:
             await self._store_local(bank, episode, meta, vectors)
         if bank.turns is not None:
@@ -137,7 +138,15 @@ class IngestOps:
         elif bank.turns_pending is not None:    # the index is being built from a read that may miss it
             bank.turns_pending.append(("add", (ep_uuid, body, when, vec, replies)))
 
-    async def _complete(self, bank: Bank, ep_uuid: str, meta: EpisodeMeta, edges: list[str]) -> None:
+    async def _complete(self, bank: Bank, ep_uuid: str, meta: EpisodeMeta, edges: list[str],
+                        vectors: str | None = None) -> None:
+        """The turn's final metadata. After graphiti's `add_episode` (`vectors` given), a backend
+        whose save replaces the whole row (Neo4j) gets the vectors back too; Kuzu's save sets
+        fields one by one and keeps them, and a long text set again there costs buffer pool."""
+        if vectors is not None and bank.provider != GraphProvider.KUZU:
+            await self.pool.query(bank, "set_episode_meta_and_vectors", uuid=ep_uuid, name=meta.dump(),
+                                  entity_edges=edges, description=meta.description(), turn_vectors=vectors)
+            return
         await self.pool.query(bank, "set_episode_meta", uuid=ep_uuid, name=meta.dump(), entity_edges=edges,
                               description=meta.description())
 

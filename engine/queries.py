@@ -100,6 +100,12 @@ def _queries(p: GraphProvider) -> dict[str, str]:
                         "SET r.invalid_at = $invalid_at, r.expired_at = $expired_at"),
         "set_episode_meta": ("MATCH (e:Episodic) WHERE e.uuid = $uuid SET e.name = $name, "
                              "e.entity_edges = $entity_edges, e.source_description = $description"),
+        # graphiti's own save of a turn on Neo4j (`SET n = {...}`) drops every property it does
+        # not name: the turn's vectors are set again with its metadata there
+        "set_episode_meta_and_vectors": ("MATCH (e:Episodic) WHERE e.uuid = $uuid SET e.name = $name, "
+                                         "e.entity_edges = $entity_edges, "
+                                         "e.source_description = $description, "
+                                         "e.turn_vectors = $turn_vectors"),
         "count_episodes": "MATCH (e:Episodic) WHERE e.group_id = $gid RETURN count(e) AS n",
         "count_entities": "MATCH (n:Entity) WHERE n.group_id = $gid RETURN count(n) AS n",
         "count_facts": f"MATCH {fact} WHERE r.group_id = $gid RETURN count(r) AS n",

@@ -43,3 +43,38 @@ async def test_neo4j_bank_roundtrip_isolation_and_forget(tmp_path):
             if engine.known(bank):
                 await engine.clear(bank)
         await engine.close()
+
+
+async def test_neo4j_turns_stored_by_the_llm_keep_their_vectors(tmp_path):
+    """graphiti saves a turn again inside `add_episode`, and on Neo4j that save replaces the
+    whole row: the vectors kept on it must be set again, or every reopen of the bank sends
+    all its turns to the (paid) embedder."""
+    from memoryplus.testing.scripted_llm import ScriptedLLMServer
+    bank = f"neo4j-test-llm-{os.getpid()}"
+    with ScriptedLLMServer() as llm:
+        settings = Settings(backend="neo4j", neo4j_uri=URI, neo4j_user=os.environ.get("NEO4J_USER", "neo4j"),
+                            neo4j_password=os.environ.get("NEO4J_PASSWORD", "password"),
+                            neo4j_database=os.environ.get("NEO4J_DATABASE", "neo4j"),
+                            extraction_engine="llm", llm_provider="openai", override_base_url=llm.base_url,
+                            override_api_key="sk-test-aaaaaaaaaaaaaaaaaaaaaaaa", graphiti_model="scripted-llm",
+                            embedding_provider="openai", embedding_base_url=llm.base_url,
+                            embedding_api_key="sk-embed-bbbbbbbbbbbbbbbbbbbb")
+        first = MemoryEngine(settings, tmp_path)
+        try:
+            rep = await first.ingest(bank, [
+                Turn(id="1", user="My sister Ingrid keeps bees in Uppsala.", time=T0),
+                Turn(id="2", user="My dentist is Dr Okafor.", time=T0 + timedelta(hours=1))])
+            assert rep.stored == ["1", "2"] and not rep.fallbacks, rep
+        finally:
+            await first.close()
+        texts = lambda: sum(len(b["input"]) if isinstance(b["input"], list) else 1    # noqa: E731
+                            for p, b in llm.requests if p.endswith("/embeddings"))
+        before = texts()
+        eng = MemoryEngine(settings, tmp_path)
+        try:
+            found = await eng.search(bank, "who keeps bees?")
+            assert any("Ingrid" in r.text for r in found[:3])
+            assert texts() - before <= 2        # the query, for the turns and for graphiti
+        finally:
+            await eng.clear(bank)
+            await eng.close()
