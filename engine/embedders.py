@@ -31,7 +31,7 @@ class LocalEmbedder(EmbedderClient):
     name = "local:wordllama-l2-256"
     dim = 256
     _model = None
-    _tokenizer = None   # the model's, unpadded (see _load)
+    _tokenizer = None   # the model's own, unpadded (see _load)
     _lock = threading.Lock()
 
     @staticmethod
@@ -53,13 +53,13 @@ class LocalEmbedder(EmbedderClient):
                 # missing file an error instead of a silent trip to a model hub.
                 model = WordLlama.load(cache_dir=Path(wordllama.__file__).parent,
                                        disable_download=True, dim=cls.dim)
-                # A copy of its tokenizer that does not pad a batch to its longest text, nor
-                # compute offsets (encode_batch_fast): embed_array reads each text's own ids,
-                # and this was half of embedding a reply's ~20 sentences.
-                from tokenizers import Tokenizer
-                tokenizer = Tokenizer.from_str(model.tokenizer.to_str())
-                tokenizer.no_padding()
-                cls._tokenizer, cls._model = tokenizer, model
+                # Its tokenizer no longer pads a batch to its longest text (nor computes
+                # offsets: encode_batch_fast): embed_array reads each text's own ids, and the
+                # padding was half of embedding a reply's ~20 sentences. The model's own
+                # `embed` needs padding and is not used. Not a copy: a copy of the tokenizer
+                # (`Tokenizer.from_str(to_str())`) held 42 MB more in every worker.
+                model.tokenizer.no_padding()
+                cls._tokenizer, cls._model = model.tokenizer, model
         return cls._model
 
     def embed_sync(self, texts: list[str]) -> list[list[float]]:
