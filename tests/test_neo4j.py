@@ -10,11 +10,24 @@ import pytest
 
 from memoryplus.config.schema import Settings
 from memoryplus.engine.memory_engine import MemoryEngine
+from memoryplus.testing.scripted_llm import ScriptedLLMServer
 from memoryplus.wire.records import Turn
 
 URI = os.environ.get("NEO4J_URI")
 pytestmark = pytest.mark.skipif(not URI, reason="NEO4J_URI is not set: no Neo4j server to test against")
 T0 = datetime(2025, 1, 1, tzinfo=timezone.utc)
+
+
+def neo4j_settings(**values) -> Settings:
+    return Settings(backend="neo4j", neo4j_uri=URI, neo4j_user=os.environ.get("NEO4J_USER", "neo4j"),
+                    neo4j_password=os.environ.get("NEO4J_PASSWORD", "password"),
+                    neo4j_database=os.environ.get("NEO4J_DATABASE", "neo4j"), **values)
+
+
+def embedded_texts(llm) -> int:
+    """How many texts the scripted server was asked to embed, in all."""
+    return sum(len(b["input"]) if isinstance(b["input"], list) else 1
+               for p, b in llm.requests if p.endswith("/embeddings"))
 
 
 @pytest.mark.option("backend", needs="NEO4J_URI")
@@ -23,10 +36,7 @@ T0 = datetime(2025, 1, 1, tzinfo=timezone.utc)
 @pytest.mark.option("neo4j_password", needs="NEO4J_URI")
 @pytest.mark.option("neo4j_database", needs="NEO4J_URI")
 async def test_neo4j_bank_roundtrip_isolation_and_forget(tmp_path):
-    settings = Settings(backend="neo4j", neo4j_uri=URI, neo4j_user=os.environ.get("NEO4J_USER", "neo4j"),
-                        neo4j_password=os.environ.get("NEO4J_PASSWORD", "password"),
-                        neo4j_database=os.environ.get("NEO4J_DATABASE", "neo4j"),
-                        extraction_engine="local", embedding_provider="local")
+    settings = neo4j_settings(extraction_engine="local", embedding_provider="local")
     engine = MemoryEngine(settings, tmp_path)
     a, b = f"neo4j-test-a-{os.getpid()}", f"neo4j-test-b-{os.getpid()}"
     try:
@@ -49,16 +59,12 @@ async def test_neo4j_turns_stored_by_the_llm_keep_their_vectors(tmp_path):
     """graphiti saves a turn again inside `add_episode`, and on Neo4j that save replaces the
     whole row: the vectors kept on it must be set again, or every reopen of the bank sends
     all its turns to the (paid) embedder."""
-    from memoryplus.testing.scripted_llm import ScriptedLLMServer
     bank = f"neo4j-test-llm-{os.getpid()}"
     with ScriptedLLMServer() as llm:
-        settings = Settings(backend="neo4j", neo4j_uri=URI, neo4j_user=os.environ.get("NEO4J_USER", "neo4j"),
-                            neo4j_password=os.environ.get("NEO4J_PASSWORD", "password"),
-                            neo4j_database=os.environ.get("NEO4J_DATABASE", "neo4j"),
-                            extraction_engine="llm", llm_provider="openai", override_base_url=llm.base_url,
-                            override_api_key="sk-test-aaaaaaaaaaaaaaaaaaaaaaaa", graphiti_model="scripted-llm",
-                            embedding_provider="openai", embedding_base_url=llm.base_url,
-                            embedding_api_key="sk-embed-bbbbbbbbbbbbbbbbbbbb")
+        settings = neo4j_settings(extraction_engine="llm", llm_provider="openai", override_base_url=llm.base_url,
+                                  override_api_key="sk-test-aaaaaaaaaaaaaaaaaaaaaaaa", graphiti_model="scripted-llm",
+                                  embedding_provider="openai", embedding_base_url=llm.base_url,
+                                  embedding_api_key="sk-embed-bbbbbbbbbbbbbbbbbbbb")
         first = MemoryEngine(settings, tmp_path)
         try:
             rep = await first.ingest(bank, [
@@ -67,14 +73,12 @@ async def test_neo4j_turns_stored_by_the_llm_keep_their_vectors(tmp_path):
             assert rep.stored == ["1", "2"] and not rep.fallbacks, rep
         finally:
             await first.close()
-        texts = lambda: sum(len(b["input"]) if isinstance(b["input"], list) else 1    # noqa: E731
-                            for p, b in llm.requests if p.endswith("/embeddings"))
-        before = texts()
+        before = embedded_texts(llm)
         eng = MemoryEngine(settings, tmp_path)
         try:
             found = await eng.search(bank, "who keeps bees?")
             assert any("Ingrid" in r.text for r in found[:3])
-            assert texts() - before <= 2        # the query, for the turns and for graphiti
+            assert embedded_texts(llm) - before <= 2        # the query, for the turns and for graphiti
         finally:
             await eng.clear(bank)
             await eng.close()
