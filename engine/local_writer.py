@@ -112,9 +112,9 @@ class LocalGraphWriter:
             await add_nodes_and_edges_bulk(bank.driver, [], [], list(new_nodes.values()), new_edges,
                                            bank.embedder)
             if mentions:
-                await query(bank, "save_mentions", rows=[
-                    {"source": m.source_node_uuid, "target": m.target_node_uuid, "uuid": m.uuid,
-                     "group_id": m.group_id, "created_at": m.created_at} for m in mentions])
+                await query(bank, "save_mentions", source=episode.uuid, rows=[
+                    {"target": m.target_node_uuid, "uuid": m.uuid, "group_id": m.group_id,
+                     "created_at": m.created_at} for m in mentions])
         else:
             await add_nodes_and_edges_bulk(bank.driver, [], mentions, list(new_nodes.values()), new_edges,
                                            bank.embedder)

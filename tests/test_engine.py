@@ -57,6 +57,11 @@ async def test_same_id_twice_stores_one_episode_and_new_content_replaces(engine)
     exported = await engine.export(BANK)
     episodes = [r for r in exported if r["type"] == "episode"]
     assert len(episodes) == 1 and "A different answer" in episodes[0]["content"]
+    # the turn stored again mentions each of its entities once (its mentions are created, not merged)
+    bank = await engine.pool.existing(BANK)
+    rows, _, _ = await bank.driver.execute_query(
+        "MATCH (e:Episodic)-[m:MENTIONS]->(n:Entity) RETURN n.name AS name, count(m) AS n")
+    assert "Berlin" in {r["name"] for r in rows} and all(r["n"] == 1 for r in rows), rows
 
 
 async def test_later_contradicting_fact_supersedes_and_as_of_finds_the_old(engine):
