@@ -31,7 +31,6 @@ class LocalEmbedder(EmbedderClient):
     name = "local:wordllama-l2-256"
     dim = 256
     _model = None
-    _tokenizer = None   # the model's own, unpadded (see _load)
     _lock = threading.Lock()
 
     @staticmethod
@@ -59,7 +58,7 @@ class LocalEmbedder(EmbedderClient):
                 # `embed` needs padding and is not used. Not a copy: a copy of the tokenizer
                 # (`Tokenizer.from_str(to_str())`) held 42 MB more in every worker.
                 model.tokenizer.no_padding()
-                cls._tokenizer, cls._model = model.tokenizer, model
+                cls._model = model
         return cls._model
 
     def embed_sync(self, texts: list[str]) -> list[list[float]]:
@@ -72,7 +71,7 @@ class LocalEmbedder(EmbedderClient):
         messages made it slow and took hundreds of MB. `dims`: only the first ones (the
         model is trained to be cut there), renormalised."""
         model = self._load()
-        encode = getattr(self._tokenizer, "encode_batch_fast", self._tokenizer.encode_batch)
+        encode = getattr(model.tokenizer, "encode_batch_fast", model.tokenizer.encode_batch)
         table = model.embedding if dims is None else model.embedding[:, :dims]
         out = np.zeros((len(texts), table.shape[1]), np.float32)
         pending: list[tuple[int, list[int]]] = []

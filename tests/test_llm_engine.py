@@ -154,12 +154,6 @@ async def test_remote_embeddings_use_their_own_endpoint(make_engine, llm):
     assert stats.llm_calls == 0, "local extraction, though an LLM endpoint is configured"
 
 
-def embedded_texts(llm) -> list[int]:
-    """The number of texts of each embeddings request the scripted server received."""
-    return [len(b["input"]) if isinstance(b["input"], list) else 1
-            for p, b in llm.requests if p.endswith("/embeddings")]
-
-
 async def test_a_reopened_bank_embeds_none_of_its_turns_again(make_engine, llm, tmp_path):
     """Opening a bank (every start of PyGPT) rebuilds its turn index from the turns' vectors
     kept on their rows: an API embedder is asked for the query only, not for every turn. A
@@ -176,12 +170,12 @@ async def test_a_reopened_bank_embeds_none_of_its_turns_again(make_engine, llm, 
     await first.close()
 
     async def reopened_search() -> list[int]:
-        before = len(embedded_texts(llm))
+        before = len(llm.texts_embedded)
         eng = make_engine(tmp_path / "d", **settings)
         found = await eng.search("p", "who keeps bees?")
         await eng.close()
         assert any("Ingrid" in r.text for r in found[:3])
-        return embedded_texts(llm)[before:]
+        return llm.texts_embedded[before:]
 
     assert sum(await reopened_search()) <= 2        # the query, for the turns and for graphiti
     db = kuzu.Database(str(next((tmp_path / "d").rglob("graph.kuzu"))))
@@ -206,12 +200,12 @@ async def test_turns_the_model_could_not_extract_keep_their_vectors_too(make_eng
     assert rep.stored == ["1", "2", "3"] and set(rep.fallbacks) == {"1", "2", "3"}, rep
     await first.close()
     llm.clear_faults()
-    before = len(embedded_texts(llm))
+    before = len(llm.texts_embedded)
     eng = make_engine(tmp_path / "d", **settings)
     found = await eng.search("p", "who keeps bees?")
     await eng.close()
     assert any("Ingrid" in r.text for r in found[:3])
-    assert sum(embedded_texts(llm)[before:]) <= 2        # the query, for the turns and for graphiti
+    assert sum(llm.texts_embedded[before:]) <= 2        # the query, for the turns and for graphiti
 
 
 @pytest.mark.option("embedding_provider")

@@ -24,12 +24,6 @@ def neo4j_settings(**values) -> Settings:
                     neo4j_database=os.environ.get("NEO4J_DATABASE", "neo4j"), **values)
 
 
-def embedded_texts(llm) -> int:
-    """How many texts the scripted server was asked to embed, in all."""
-    return sum(len(b["input"]) if isinstance(b["input"], list) else 1
-               for p, b in llm.requests if p.endswith("/embeddings"))
-
-
 @pytest.mark.option("backend", needs="NEO4J_URI")
 @pytest.mark.option("neo4j_uri", needs="NEO4J_URI")
 @pytest.mark.option("neo4j_user", needs="NEO4J_URI")
@@ -73,12 +67,12 @@ async def test_neo4j_turns_stored_by_the_llm_keep_their_vectors(tmp_path):
             assert rep.stored == ["1", "2"] and not rep.fallbacks, rep
         finally:
             await first.close()
-        before = embedded_texts(llm)
+        before = sum(llm.texts_embedded)
         eng = MemoryEngine(settings, tmp_path)
         try:
             found = await eng.search(bank, "who keeps bees?")
             assert any("Ingrid" in r.text for r in found[:3])
-            assert embedded_texts(llm) - before <= 2        # the query, for the turns and for graphiti
+            assert sum(llm.texts_embedded) - before <= 2        # the query, for the turns and for graphiti
         finally:
             await eng.clear(bank)
             await eng.close()

@@ -226,6 +226,12 @@ class ScriptedLLMServer:
         return {k for p, k in self.api_keys if urlsplit(p).path.rstrip('/').endswith(route)}
 
     @property
+    def texts_embedded(self) -> list[int]:
+        """The number of texts of each embeddings request received, in order."""
+        return [len(b["input"]) if isinstance(b["input"], list) else 1
+                for p, b in self.requests if urlsplit(p).path.rstrip('/').endswith('/embeddings')]
+
+    @property
     def calls(self) -> Counter:
         with self._lock:
             return Counter(self._calls)
