@@ -10,8 +10,8 @@ CountingMixin hands each finished query to `observe`): graphiti's saves and ours
 not read here, reloads it on the next search.
 
 The search itself stays graphiti's (`search_` with our driver, whose `search_interface`
-answers the two cosine searches and hands everything else to graphiti's own queries), so the
-results are the same SearchResults: the index picks the best-scoring uuids, and graphiti's
+answers the two cosine searches, runs the facts' fulltext search in two queries, and hands
+everything else to graphiti's own queries), so the results are the same SearchResults: the index picks the best-scoring uuids, and graphiti's
 filters (expired, valid_at …) and its MATCH run in Kuzu on those few, in score order, until
 `limit` rows pass. An entry the database no longer has is skipped, never returned, so the
 answer is the scan's whatever the index holds extra. Neo4j keeps graphiti's path (its own
@@ -53,6 +53,9 @@ _UUIDS = {
     "facts": "MATCH (e:RelatesToNode_) WHERE e.group_id = $gid RETURN e.uuid AS uuid",
     "entities": "MATCH (n:Entity) WHERE n.group_id = $gid RETURN n.uuid AS uuid",
 }
+# graphiti's fulltext search of facts (get_relationships_query), its hits alone
+_FACT_WORDS = ("CALL QUERY_FTS_INDEX('RelatesToNode_', 'edge_name_and_fact', cast($query AS STRING), "
+               "TOP := $limit) RETURN node.uuid AS uuid, score")
 _VECTORS = {
     "facts": "MATCH (e:RelatesToNode_) WHERE e.uuid IN $uuids RETURN e.uuid AS uuid, e.fact_embedding AS v",
     "entities": "MATCH (n:Entity) WHERE n.uuid IN $uuids RETURN n.uuid AS uuid, n.name_embedding AS v",
@@ -223,19 +226,27 @@ class GraphIndex:
                 for r in await self._rows(_VECTORS[kind], uuids=new):
                     vs.put(r["uuid"], r["v"])
 
-    # ── the two cosine searches, as graphiti's ─────────────────────────────────────────
+    # ── graphiti's searches, answered here ─────────────────────────────────────────────
     async def edges(self, vector, search_filter: SearchFilters, group_ids, limit: int,
                     min_score: float) -> list:
         ranked = (await self.ready())["facts"].ranked(vector, min_score)
-        filters, params = edge_search_filter_query_constructor(search_filter, GraphProvider.KUZU)
-        if group_ids is not None:
-            filters.append("e.group_id IN $group_ids")
-            params["group_ids"] = group_ids
-        # graphiti's own MATCH, on the chosen facts (measured faster than matching them first)
-        query = ("MATCH (n:Entity)-[:RELATES_TO]->(e:RelatesToNode_)-[:RELATES_TO]->(m:Entity) "
-                 "WHERE e.uuid IN $uuids" + "".join(f" AND ({f})" for f in filters) +
-                 " RETURN DISTINCT " + get_entity_edge_return_query(GraphProvider.KUZU))
+        query, params = _fact_rows(search_filter, group_ids)
         rows = await self._in_order(ranked, query, params, limit)
+        return [get_entity_edge_from_record(r, GraphProvider.KUZU) for r in rows]
+
+    async def edges_by_words(self, query: str, search_filter: SearchFilters, group_ids,
+                             limit: int) -> list:
+        """graphiti's fulltext search of facts in two queries: Kuzu's BM25 hits alone, then
+        graphiti's MATCH on those facts. Kuzu planned graphiti's single query as a join of
+        the hits with every fact: 6.9 ms of Kuzu's time on a 2,000-turn bank, 34 ms on a
+        20,000-turn one, against 1.0 and 1.1 ms for the hits alone. Same hits, filters and
+        order (best score first, at most `limit`, filtered after the top `limit`)."""
+        words = search_utils.fulltext_query(query, group_ids, self.driver)
+        if not words:
+            return []
+        hits, _, _ = await self.driver.execute_query(_FACT_WORDS, query=words, limit=limit)
+        ranked = [r["uuid"] for r in sorted(hits or [], key=lambda r: -r["score"])]
+        rows = await self._in_order(ranked, *_fact_rows(search_filter, group_ids), limit)
         return [get_entity_edge_from_record(r, GraphProvider.KUZU) for r in rows]
 
     async def nodes(self, vector, search_filter: SearchFilters, group_ids, limit: int,
@@ -271,9 +282,22 @@ class GraphIndex:
         return out[:limit]
 
 
+def _fact_rows(search_filter: SearchFilters, group_ids) -> tuple[str, dict]:
+    """graphiti's MATCH of facts with its filters, on the facts `$uuids` (measured faster
+    than matching them all first)."""
+    filters, params = edge_search_filter_query_constructor(search_filter, GraphProvider.KUZU)
+    if group_ids is not None:
+        filters.append("e.group_id IN $group_ids")
+        params["group_ids"] = group_ids
+    return ("MATCH (n:Entity)-[:RELATES_TO]->(e:RelatesToNode_)-[:RELATES_TO]->(m:Entity) "
+            "WHERE e.uuid IN $uuids" + "".join(f" AND ({f})" for f in filters) +
+            " RETURN DISTINCT " + get_entity_edge_return_query(GraphProvider.KUZU)), params
+
+
 class _Interface(SearchInterface):
-    """graphiti's search seam: the cosine searches from the index, the rest graphiti's own
-    (called with the bank's driver, which has no search interface)."""
+    """graphiti's search seam: the cosine searches from the index, the facts' fulltext search
+    in two queries, the rest graphiti's own (called with the bank's driver, which has no
+    search interface)."""
     _index: GraphIndex = PrivateAttr()
 
     def __init__(self, index: GraphIndex):
@@ -281,7 +305,7 @@ class _Interface(SearchInterface):
         self._index = index
 
     async def edge_fulltext_search(self, driver, query, search_filter, group_ids=None, limit=100):
-        return await search_utils.edge_fulltext_search(driver.inner, query, search_filter, group_ids, limit)
+        return await self._index.edges_by_words(query, search_filter, group_ids, limit)
 
     async def node_fulltext_search(self, driver, query, search_filter, group_ids=None, limit=100):
         return await search_utils.node_fulltext_search(driver.inner, query, search_filter, group_ids, limit)
