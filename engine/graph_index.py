@@ -10,8 +10,9 @@ CountingMixin hands each finished query to `observe`): graphiti's saves and ours
 not read here, reloads it on the next search.
 
 The search itself stays graphiti's (`search_` with our driver, whose `search_interface`
-answers the two cosine searches, runs the facts' fulltext search in two queries, and hands
-everything else to graphiti's own queries), so the results are the same SearchResults: the index picks the best-scoring uuids, and graphiti's
+answers the two cosine searches, runs the facts' fulltext search in two queries, reads the
+facts both fact searches found in one query, and hands everything else to graphiti's own
+queries), so the results are the same SearchResults: the index picks the best-scoring uuids, and graphiti's
 filters (expired, valid_at …) and its MATCH run in Kuzu on those few, in score order, until
 `limit` rows pass. An entry the database no longer has is skipped, never returned, so the
 answer is the scan's whatever the index holds extra. Neo4j keeps graphiti's path (its own
@@ -20,6 +21,7 @@ vector indexes).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import re
 from typing import Any
@@ -27,12 +29,13 @@ from typing import Any
 import numpy as np
 from graphiti_core.driver.driver import GraphProvider
 from graphiti_core.driver.search_interface.search_interface import SearchInterface
+from graphiti_core.helpers import SEMAPHORE_LIMIT
 from graphiti_core.edges import get_entity_edge_from_record
 from graphiti_core.models.edges.edge_db_queries import get_entity_edge_return_query
 from graphiti_core.models.nodes.node_db_queries import get_entity_node_return_query
 from graphiti_core.nodes import get_entity_node_from_record
 from graphiti_core.search import search_utils
-from graphiti_core.search.search_config import SearchConfig, SearchResults
+from graphiti_core.search.search_config import EdgeSearchMethod, SearchConfig, SearchResults
 from graphiti_core.search.search_filters import (
     SearchFilters, edge_search_filter_query_constructor, node_search_filter_query_constructor,
 )
@@ -137,6 +140,60 @@ class VectorSet:
         return [self.uuids[i] for i in order]  # type: ignore[misc]
 
 
+class SharedFactRead:
+    """The facts' full-text and cosine searches of one graphiti search run at once, and both
+    end in graphiti's MATCH of facts by uuid, which Kuzu 0.11.3 answers by scanning every
+    fact of the bank (9-11 ms at 20,000 turns): their first reads are one query.
+
+    Each of the `expected` searches calls `rows` once, or `leave` when it will not (no
+    words to look for, a failure before it reads): the last to come reads for all."""
+
+    def __init__(self, expected: int):
+        self.expected = expected
+        self.waiting: list[tuple[str, dict, list[str], asyncio.Future]] = []
+
+    async def rows(self, read, query: str, params: dict, uuids: list[str]) -> list[dict]:
+        future = asyncio.get_running_loop().create_future()
+        self.waiting.append((query, params, uuids, future))
+        await self._read_if_all_came(read)
+        return await future
+
+    async def leave(self, read) -> None:
+        self.expected -= 1
+        await self._read_if_all_came(read)
+
+    async def _read_if_all_came(self, read) -> None:
+        if len(self.waiting) < self.expected or not self.waiting:
+            return
+        waiting, self.waiting, self.expected = self.waiting, [], 0   # later reads: alone
+        try:
+            groups: dict[str, list] = {}        # same query and filters (one search: always)
+            for w in waiting:
+                groups.setdefault(w[0] + repr(sorted(w[1].items())), []).append(w)
+            for group in groups.values():
+                query, params = group[0][0], group[0][1]
+                wanted = list(dict.fromkeys(u for w in group for u in w[2]))
+                rows = await read(query, uuids=wanted, **params) if wanted else []
+                for _, _, uuids, future in group:
+                    if not future.done():       # done: that search was cancelled meanwhile
+                        mine = set(uuids)
+                        future.set_result([r for r in rows if r["uuid"] in mine])
+        except asyncio.CancelledError:      # no search may wait for ever
+            for *_, future in waiting:
+                future.cancel()
+            raise
+        except Exception as exc:            # each search raises it from its own future
+            for *_, future in waiting:
+                if not future.done():
+                    future.set_exception(exc)
+
+
+# the search under way's shared read (set by `candidates`; tasks that graphiti's gather
+# creates copy the context, so its edge searches see the same one)
+_SHARED: contextvars.ContextVar[SharedFactRead | None] = contextvars.ContextVar("shared_fact_read",
+                                                                                default=None)
+
+
 class GraphIndex:
     """One Kuzu bank's fact and entity vectors (see the module's docstring)."""
 
@@ -229,9 +286,15 @@ class GraphIndex:
     # ── graphiti's searches, answered here ─────────────────────────────────────────────
     async def edges(self, vector, search_filter: SearchFilters, group_ids, limit: int,
                     min_score: float) -> list:
-        ranked = (await self.ready())["facts"].ranked(vector, min_score)
-        query, params = _fact_rows(search_filter, group_ids)
-        rows = await self._in_order(ranked, query, params, limit)
+        shared = _SHARED.get()
+        try:
+            ranked = (await self.ready())["facts"].ranked(vector, min_score)
+            query, params = _fact_rows(search_filter, group_ids)
+        except BaseException:
+            if shared is not None:
+                await shared.leave(self._rows)
+            raise
+        rows = await self._in_order(ranked, query, params, limit, shared)
         return [get_entity_edge_from_record(r, GraphProvider.KUZU) for r in rows]
 
     async def edges_by_words(self, query: str, search_filter: SearchFilters, group_ids,
@@ -241,12 +304,22 @@ class GraphIndex:
         the hits with every fact: 6.9 ms of Kuzu's time on a 2,000-turn bank, 34 ms on a
         20,000-turn one, against 1.0 and 1.1 ms for the hits alone. Same hits, filters and
         order (best score first, at most `limit`, filtered after the top `limit`)."""
-        words = search_utils.fulltext_query(query, group_ids, self.driver)
-        if not words:
+        shared = _SHARED.get()
+        try:
+            words = search_utils.fulltext_query(query, group_ids, self.driver)
+            hits = []
+            if words:
+                hits, _, _ = await self.driver.execute_query(_FACT_WORDS, query=words, limit=limit)
+        except BaseException:
+            if shared is not None:
+                await shared.leave(self._rows)
+            raise
+        if not hits:
+            if shared is not None:
+                await shared.leave(self._rows)
             return []
-        hits, _, _ = await self.driver.execute_query(_FACT_WORDS, query=words, limit=limit)
-        ranked = [r["uuid"] for r in sorted(hits or [], key=lambda r: -r["score"])]
-        rows = await self._in_order(ranked, *_fact_rows(search_filter, group_ids), limit)
+        ranked = [r["uuid"] for r in sorted(hits, key=lambda r: -r["score"])]
+        rows = await self._in_order(ranked, *_fact_rows(search_filter, group_ids), limit, shared)
         return [get_entity_edge_from_record(r, GraphProvider.KUZU) for r in rows]
 
     async def nodes(self, vector, search_filter: SearchFilters, group_ids, limit: int,
@@ -262,22 +335,30 @@ class GraphIndex:
         rows = await self._in_order(ranked, query, params, limit)
         return [get_entity_node_from_record(r, GraphProvider.KUZU) for r in rows]
 
-    async def _in_order(self, ranked: list[str], query: str, params: dict, limit: int) -> list[dict]:
+    async def _in_order(self, ranked: list[str], query: str, params: dict, limit: int,
+                        shared: SharedFactRead | None = None) -> list[dict]:
         """The rows of the best `limit` uuids that pass the query's filters, best first:
-        read in chunks down the ranking until `limit` rows are in."""
+        read in chunks down the ranking until `limit` rows are in (the first chunk through
+        `shared` when given: it must be read, or left, once)."""
         out: list[dict] = []
         seen: set[str] = set()
         start, size = 0, max(FIRST_FETCH, 2 * limit)
-        while start < len(ranked) and len(out) < limit:
+        while start == 0 or (start < len(ranked) and len(out) < limit):
             chunk = ranked[start:start + size]
+            if start == 0 and shared is not None:
+                rows = await shared.rows(self._rows, query, params, chunk)
+            elif chunk:
+                rows = await self._rows(query, uuids=chunk, **params)
+            else:
+                rows = []
             by_uuid = {}
-            for r in await self._rows(query, uuids=chunk, **params):
+            for r in rows:
                 by_uuid.setdefault(r["uuid"], r)
             for u in chunk:
                 if u in by_uuid and u not in seen:
                     seen.add(u)
                     out.append(by_uuid[u])
-            start += len(chunk)
+            start += max(len(chunk), 1)
             size *= 2
         return out[:limit]
 
@@ -316,6 +397,9 @@ class _Interface(SearchInterface):
     async def edge_similarity_search(self, driver, search_vector, source_node_uuid, target_node_uuid,
                                      search_filter, group_ids=None, limit=100, min_score=0.7):
         if source_node_uuid is not None or target_node_uuid is not None:
+            shared = _SHARED.get()
+            if shared is not None:
+                await shared.leave(self._index._rows)
             return await search_utils.edge_similarity_search(
                 driver.inner, search_vector, source_node_uuid, target_node_uuid, search_filter,
                 group_ids, limit, min_score)
@@ -348,8 +432,17 @@ def attach(driver, group_id: str) -> GraphIndex | None:
 
 
 async def candidates(bank, text: str, config: SearchConfig, search_filter: SearchFilters) -> SearchResults:
-    """graphiti's `search_` on the bank, its cosine searches answered by the bank's index."""
+    """graphiti's `search_` on the bank, its cosine searches answered by the bank's index,
+    the facts' two searches reading their first rows in one query."""
     index = getattr(bank, "graph_index", None)
     driver = index.search_driver if index is not None else None
-    return await bank.graphiti.search_(text, config=config, group_ids=[bank.slug],
-                                       search_filter=search_filter, driver=driver)
+    methods = config.edge_config.search_methods if index is not None and config.edge_config else []
+    searches = sum(m in methods for m in (EdgeSearchMethod.bm25, EdgeSearchMethod.cosine_similarity))
+    # graphiti runs them at once only if its gather admits both (the first would wait for ever)
+    room = getattr(bank.graphiti, "max_coroutines", None) or SEMAPHORE_LIMIT
+    token = _SHARED.set(SharedFactRead(searches) if searches == 2 and room >= 2 else None)
+    try:
+        return await bank.graphiti.search_(text, config=config, group_ids=[bank.slug],
+                                           search_filter=search_filter, driver=driver)
+    finally:
+        _SHARED.reset(token)

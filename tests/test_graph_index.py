@@ -122,6 +122,76 @@ async def test_a_rolled_back_write_is_not_kept(engine):
     assert {k: set(v.rows) for k, v in bank.graph_index.sets.items()} == before
 
 
+async def test_the_two_fact_searches_read_their_facts_in_one_query(engine):
+    """graphiti's full-text and cosine searches of facts both end in a read of facts by uuid
+    (Kuzu scans every fact for it): one search reads them once, with the same results as
+    when each reads its own."""
+    await engine.ingest(BANK, turns(120))
+    bank = engine.banks[BANK]
+    reads: list[dict] = []
+    bank.driver.observers.append(lambda query, params: reads.append(params)
+                                 if "(e:RelatesToNode_)-[:RELATES_TO]->(m:Entity)" in str(query)
+                                 and "uuids" in params else None)
+    cfg, flt = search_config(10), search_filter(None)
+    apart = together = 0
+    for q in QUERIES + [q for q, _ in load_data(120)[1][:20]]:
+        q = clean_query(q)
+        reads.clear()       # graphiti's search_ on the index's driver, each search reading alone
+        alone = await bank.graphiti.search_(q, config=cfg, group_ids=[bank.slug], search_filter=flt,
+                                            driver=bank.graph_index.search_driver)
+        apart += len(reads)
+        reads.clear()
+        res = await graph_index.candidates(bank, q, cfg, flt)
+        assert len(reads) <= 1, q
+        together += len(reads)
+        assert [e.uuid for e in res.edges] == [e.uuid for e in alone.edges], q
+        assert res.edge_reranker_scores == pytest.approx(alone.edge_reranker_scores), q
+    assert apart > together, "some search must find facts both ways, or this proves nothing"
+
+
+async def test_a_failed_fact_search_fails_the_search_at_once(engine):
+    """When one of the two fact searches fails before it reads, the other must not wait for
+    it: the search raises the error, graphiti's other searches end (none waits for ever),
+    and a later search works."""
+    await engine.ingest(BANK, turns(30))
+    bank = engine.banks[BANK]
+    original = bank.driver.execute_query
+
+    async def failing(cypher, /, **params):
+        if "QUERY_FTS_INDEX('RelatesToNode_'" in cypher:
+            raise RuntimeError("full-text index unavailable")
+        return await original(cypher, **params)
+    bank.driver.execute_query = failing
+    cfg, flt = search_config(10), search_filter(None)
+    before = asyncio.all_tasks()
+    with pytest.raises(RuntimeError, match="full-text index unavailable"):
+        await asyncio.wait_for(graph_index.candidates(bank, clean_query("Where do I live?"), cfg, flt), 30)
+    siblings = asyncio.all_tasks() - before       # graphiti's gather does not cancel them
+    if siblings:
+        _, pending = await asyncio.wait(siblings, timeout=20)
+        assert not pending, pending
+    bank.driver.execute_query = original
+    assert (await graph_index.candidates(bank, clean_query("Where do I live?"), cfg, flt)).edges
+
+
+async def test_a_cancelled_fact_search_leaves_the_other_its_rows():
+    """A search cancelled while it waits for the other's read (the user's turn went on
+    without memories) must not break the other one's answer."""
+    reads = []
+
+    async def read(query, uuids, **params):
+        reads.append(uuids)
+        return [{"uuid": u} for u in uuids]
+    shared = graph_index.SharedFactRead(2)
+    first = asyncio.create_task(shared.rows(read, "Q", {}, ["a", "b"]))
+    await asyncio.sleep(0)
+    first.cancel()
+    assert await shared.rows(read, "Q", {}, ["b", "c"]) == [{"uuid": "b"}, {"uuid": "c"}]
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    assert reads == [["a", "b", "c"]]
+
+
 @pytest.mark.option("bank_idle_close_s")
 async def test_idle_banks_close_and_reopen_with_nothing_lost(make_engine):
     eng = make_engine(bank_idle_close_s=1)
