@@ -12,11 +12,11 @@ not read here, reloads it on the next search.
 The search itself stays graphiti's (`search_` with our driver, whose `search_interface`
 answers the two cosine searches, runs the facts' fulltext search in two queries, reads the
 facts both fact searches found in one query, and hands everything else to graphiti's own
-queries), so the results are the same SearchResults: the index picks the best-scoring uuids, and graphiti's
-filters (expired, valid_at …) and its MATCH run in Kuzu on those few, in score order, until
-`limit` rows pass. An entry the database no longer has is skipped, never returned, so the
-answer is the scan's whatever the index holds extra. Neo4j keeps graphiti's path (its own
-vector indexes).
+queries), so the results are the same SearchResults: the index picks the best-scoring
+uuids, and graphiti's filters (expired, valid_at …) and its MATCH run in Kuzu on those few,
+in score order, until `limit` rows pass. An entry the database no longer has is skipped,
+never returned, so the answer is the scan's whatever the index holds extra. Neo4j keeps
+graphiti's path (its own vector indexes).
 """
 from __future__ import annotations
 
@@ -145,24 +145,25 @@ class SharedFactRead:
     end in graphiti's MATCH of facts by uuid, which Kuzu 0.11.3 answers by scanning every
     fact of the bank (9-11 ms at 20,000 turns): their first reads are one query.
 
-    Each of the `expected` searches calls `rows` once, or `leave` when it will not (no
-    words to look for, a failure before it reads): the last to come reads for all."""
+    Each of the `expected` searches calls `rows` once (with no uuids when it found none),
+    or `leave` when it fails before it reads: the last to come reads for all, by `read`
+    (query, uuids=..., **params) -> rows."""
 
-    def __init__(self, expected: int):
-        self.expected = expected
+    def __init__(self, expected: int, read):
+        self.expected, self.read = expected, read
         self.waiting: list[tuple[str, dict, list[str], asyncio.Future]] = []
 
-    async def rows(self, read, query: str, params: dict, uuids: list[str]) -> list[dict]:
+    async def rows(self, query: str, params: dict, uuids: list[str]) -> list[dict]:
         future = asyncio.get_running_loop().create_future()
         self.waiting.append((query, params, uuids, future))
-        await self._read_if_all_came(read)
+        await self._read_if_all_came()
         return await future
 
-    async def leave(self, read) -> None:
+    async def leave(self) -> None:
         self.expected -= 1
-        await self._read_if_all_came(read)
+        await self._read_if_all_came()
 
-    async def _read_if_all_came(self, read) -> None:
+    async def _read_if_all_came(self) -> None:
         if len(self.waiting) < self.expected or not self.waiting:
             return
         waiting, self.waiting, self.expected = self.waiting, [], 0   # later reads: alone
@@ -173,7 +174,7 @@ class SharedFactRead:
             for group in groups.values():
                 query, params = group[0][0], group[0][1]
                 wanted = list(dict.fromkeys(u for w in group for u in w[2]))
-                rows = await read(query, uuids=wanted, **params) if wanted else []
+                rows = await self.read(query, uuids=wanted, **params) if wanted else []
                 for _, _, uuids, future in group:
                     if not future.done():       # done: that search was cancelled meanwhile
                         mine = set(uuids)
@@ -292,7 +293,7 @@ class GraphIndex:
             query, params = _fact_rows(search_filter, group_ids)
         except BaseException:
             if shared is not None:
-                await shared.leave(self._rows)
+                await shared.leave()
             raise
         rows = await self._in_order(ranked, query, params, limit, shared)
         return [get_entity_edge_from_record(r, GraphProvider.KUZU) for r in rows]
@@ -310,16 +311,13 @@ class GraphIndex:
             hits = []
             if words:
                 hits, _, _ = await self.driver.execute_query(_FACT_WORDS, query=words, limit=limit)
+            match, params = _fact_rows(search_filter, group_ids)
         except BaseException:
             if shared is not None:
-                await shared.leave(self._rows)
+                await shared.leave()
             raise
-        if not hits:
-            if shared is not None:
-                await shared.leave(self._rows)
-            return []
-        ranked = [r["uuid"] for r in sorted(hits, key=lambda r: -r["score"])]
-        rows = await self._in_order(ranked, *_fact_rows(search_filter, group_ids), limit, shared)
+        ranked = [r["uuid"] for r in sorted(hits or [], key=lambda r: -r["score"])]
+        rows = await self._in_order(ranked, match, params, limit, shared)
         return [get_entity_edge_from_record(r, GraphProvider.KUZU) for r in rows]
 
     async def nodes(self, vector, search_filter: SearchFilters, group_ids, limit: int,
@@ -346,7 +344,7 @@ class GraphIndex:
         while start == 0 or (start < len(ranked) and len(out) < limit):
             chunk = ranked[start:start + size]
             if start == 0 and shared is not None:
-                rows = await shared.rows(self._rows, query, params, chunk)
+                rows = await shared.rows(query, params, chunk)
             elif chunk:
                 rows = await self._rows(query, uuids=chunk, **params)
             else:
@@ -399,7 +397,7 @@ class _Interface(SearchInterface):
         if source_node_uuid is not None or target_node_uuid is not None:
             shared = _SHARED.get()
             if shared is not None:
-                await shared.leave(self._index._rows)
+                await shared.leave()
             return await search_utils.edge_similarity_search(
                 driver.inner, search_vector, source_node_uuid, target_node_uuid, search_filter,
                 group_ids, limit, min_score)
@@ -440,7 +438,7 @@ async def candidates(bank, text: str, config: SearchConfig, search_filter: Searc
     searches = sum(m in methods for m in (EdgeSearchMethod.bm25, EdgeSearchMethod.cosine_similarity))
     # graphiti runs them at once only if its gather admits both (the first would wait for ever)
     room = getattr(bank.graphiti, "max_coroutines", None) or SEMAPHORE_LIMIT
-    token = _SHARED.set(SharedFactRead(searches) if searches == 2 and room >= 2 else None)
+    token = _SHARED.set(SharedFactRead(searches, index._rows) if searches == 2 and room >= 2 else None)
     try:
         return await bank.graphiti.search_(text, config=config, group_ids=[bank.slug],
                                            search_filter=search_filter, driver=driver)

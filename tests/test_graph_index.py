@@ -182,11 +182,11 @@ async def test_a_cancelled_fact_search_leaves_the_other_its_rows():
     async def read(query, uuids, **params):
         reads.append(uuids)
         return [{"uuid": u} for u in uuids]
-    shared = graph_index.SharedFactRead(2)
-    first = asyncio.create_task(shared.rows(read, "Q", {}, ["a", "b"]))
+    shared = graph_index.SharedFactRead(2, read)
+    first = asyncio.create_task(shared.rows("Q", {}, ["a", "b"]))
     await asyncio.sleep(0)
     first.cancel()
-    assert await shared.rows(read, "Q", {}, ["b", "c"]) == [{"uuid": "b"}, {"uuid": "c"}]
+    assert await shared.rows("Q", {}, ["b", "c"]) == [{"uuid": "b"}, {"uuid": "c"}]
     with pytest.raises(asyncio.CancelledError):
         await first
     assert reads == [["a", "b", "c"]]
