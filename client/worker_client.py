@@ -312,8 +312,11 @@ class WorkerClient:
             if self.supervisor.percall_now():
                 self.percall.submit(p)
             else:
+                # Only once the supervisor chose this channel ("ready"): a new worker that lost
+                # the takeover to another client's steps aside, cancelling what it was sent.
                 ch = s.ch
-                if ch is not None and ch.ready and not ch.draining and not ch.ended.is_set():
+                if s.state == "ready" and ch is not None and ch.ready and not ch.draining \
+                        and not ch.ended.is_set():
                     self.requests.send(ch, p)
             if not s.started:
                 start = True

@@ -171,6 +171,38 @@ def test_every_client_hears_what_another_changed_and_forgot(tmp_path, owner):
         cli.close(timeout=5)
 
 
+def test_a_request_made_while_our_new_worker_loses_the_takeover_goes_to_the_winner(tmp_path, owner):
+    """Two clients start a worker at the same moment (an owner gone): the one whose worker
+    cannot listen joins the winner. A request its caller makes in between waits for that
+    choice: sent to the worker that steps aside, it would come back cancelled."""
+    data_dir = tmp_path / "data"
+    a = ready(owner(data_dir))
+    a.call("remember", {"bank": BANK, "text": "My aunt Rosalind keeps bees."}, timeout=120)  # a holds the bank
+    b = WorkerClient(settings(), data_dir, mode="persistent", backoff_s=0.05)
+    sup, made = b.supervisor, {}
+    real_other, real_unless = sup.discovery.other_worker, sup._unless_another_won
+    misses = iter([True])     # b misses a's worker once, as when both start together
+
+    def other_worker(mode):
+        return None if next(misses, False) else real_other(mode)
+
+    def unless_another_won(ch, mode):
+        assert ch is not None and ch.ready and not ch.info.get("socket"), "b's own worker lost the lock"
+        made["remember"] = b.submit("remember", {"bank": BANK, "text": "My uncle Cosimo brews cider."}, 120)
+        return real_unless(ch, mode)
+
+    sup.discovery.other_worker, sup._unless_another_won = other_worker, unless_another_won
+    try:
+        b.start()
+        assert wait_until(lambda: "remember" in made, 90), b.status()
+        assert made["remember"].result(120)["stored"], "answered by the winner, not cancelled"
+        assert ready(b).status()["using"] == "socket"
+        found = a.call("search", {"bank": BANK, "query": "Who brews cider?"}, timeout=60)
+        assert "Cosimo" in str(found)
+    finally:
+        b.close(timeout=10)
+
+
 def test_the_plugin_drops_what_another_client_forgot_or_remembered(host):
     """The CLI (a socket client) remembers and forgets while PyGPT's worker holds the bank: the
     plugin's next search does not serve its cached answer, and a pending version of the forgotten
