@@ -149,8 +149,22 @@ async def sources(pool: BankPool, bank: Bank, facts: list, entities: list,
     behind = {f.uuid: list(reversed(f.episodes)) for f in facts}
     behind |= {n.uuid: [u for _, u in sorted(mentions.get(n.uuid, []), reverse=True)[:5]]
                for n in entities if all(u for _, u in mentions.get(n.uuid, []))}
-    wanted = list(dict.fromkeys(u for uuids in behind.values() for u in uuids if u not in metas))
-    for r in await pool.query(bank, "episode_names", uuids=wanted) if wanted else []:
-        metas[r["uuid"]] = EpisodeMeta.parse(r["name"], r["uuid"])
+    metas |= await turn_metas(pool, bank, [u for uuids in behind.values() for u in uuids if u not in metas])
     return {uuid: [metas[u] for u in uuids if u in metas and metas[u].state == COMPLETE]
             for uuid, uuids in behind.items()}
+
+
+async def turn_metas(pool: BankPool, bank: Bank, uuids: list[str]) -> dict[str, EpisodeMeta]:
+    """The metadata of stored turns, by uuid: from the turn index's names (it holds every
+    completed turn), the rest (pending, or an index without names) read from the bank."""
+    out: dict[str, EpisodeMeta] = {}
+    index, unread = bank.turns, []
+    for u in dict.fromkeys(uuids):
+        name = index.name(u) if index is not None else None
+        if name is None:
+            unread.append(u)
+        else:
+            out[u] = EpisodeMeta.parse(name, u)
+    for r in await pool.query(bank, "episode_names", uuids=unread) if unread else []:
+        out[r["uuid"]] = EpisodeMeta.parse(r["name"], r["uuid"])
+    return out

@@ -133,10 +133,11 @@ class IngestOps:
             await self._complete(bank, ep_uuid, meta, edges, vectors)
         else:
             await self._store_local(bank, episode, meta, vectors)
+        args = (ep_uuid, body, when, vec, replies, meta.dump())     # the name _complete stored
         if bank.turns is not None:
-            bank.turns.add(ep_uuid, body, when, vec, replies)
+            bank.turns.add(*args)
         elif bank.turns_pending is not None:    # the index is being built from a read that may miss it
-            bank.turns_pending.append(("add", (ep_uuid, body, when, vec, replies)))
+            bank.turns_pending.append(("add", args))
 
     async def _complete(self, bank: Bank, ep_uuid: str, meta: EpisodeMeta, edges: list[str],
                         vectors: str | None = None) -> None:

@@ -25,7 +25,7 @@ from memoryplus.engine.bank_pool import Bank, BankPool
 from memoryplus.engine.embedders import embed_all
 from memoryplus.engine.episodes import COMPLETE, EpisodeMeta, ts
 from memoryplus.engine.excerpts import excerpts
-from memoryplus.engine.fusion import covering, fuse
+from memoryplus.engine.fusion import covering, fuse, turn_metas
 from memoryplus.engine.turn_index import (TurnIndex, compact, pack_vectors, reply_query, reply_vectors, split_body,
                                           unpack_vectors, vectors_tag)
 from memoryplus.wire.records import SearchResult, as_utc
@@ -195,7 +195,7 @@ class SearchOps:
                     kept[i] = (np.asarray(v, np.float32), compact(replies))
                 index = TurnIndex(dim=len(kept[0][0]) if kept else bank.manifest.embedding_dim or 1)
                 for r, (v, replies) in zip(rows, kept):
-                    index.add(r["uuid"], r["content"] or "", ts(r["valid_at"]), v, replies)
+                    index.add(r["uuid"], r["content"] or "", ts(r["valid_at"]), v, replies, r["name"])
                 for op, args in bank.turns_pending:
                     index.add(*args) if op == "add" else index.remove(*args)
                 bank.turns = index
@@ -280,9 +280,7 @@ class SearchOps:
                 elif r["uuid"] not in picked:
                     picked[r["uuid"]] = (r, s)
         rows = list(picked.values())
-        metas = {u: EpisodeMeta.parse(e["name"], u)
-                 for u, e in (await self.pool.episodes(
-                     bank, [u for r, _ in rows for u in r["episodes"] or []])).items()}
+        metas = await turn_metas(self.pool, bank, [u for r, _ in rows for u in r["episodes"] or []])
         out = []
         for r, s in rows:
             known_eps = [metas[u] for u in reversed(r["episodes"] or []) if u in metas and metas[u].state == COMPLETE]

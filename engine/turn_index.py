@@ -306,6 +306,9 @@ class _Rows:
 class TurnIndex:
     dim: int
     uuids: list[str | None] = field(default_factory=list)       # slot -> episode uuid (None: removed)
+    # slot -> its Episodic name (the turn's metadata, episodes.EpisodeMeta): a search's results
+    # name their turns without a read by uuid, which Kuzu 0.11.3 answers by scanning every turn
+    names: list[str | None] = field(default_factory=list)
     times: list[float] = field(default_factory=list)            # slot -> valid_at (epoch seconds)
     slot: dict[str, int] = field(default_factory=dict)
     _conversations: np.ndarray | None = None
@@ -322,14 +325,17 @@ class TurnIndex:
     def __len__(self) -> int:
         return len(self.slot)
 
-    def add(self, uuid: str, body: str, when: datetime | None, user_vector, reply_vectors=None) -> None:
+    def add(self, uuid: str, body: str, when: datetime | None, user_vector, reply_vectors=None,
+            name: str | None = None) -> None:
         """A stored turn: its text, time, the vector of its user message and those of its
-        reply's sentences (reply_sentences(body), embedded; none: no reply signal for it)."""
+        reply's sentences (reply_sentences(body), embedded; none: no reply signal for it),
+        and its row's name as stored (None: read from the bank when needed)."""
         if uuid in self.slot:
             self.remove([uuid])
         user, asst = split_body(body)
         i = len(self.uuids)
         self.uuids.append(uuid)
+        self.names.append(name)
         self.times.append(when.timestamp() if when else 0.0)
         self.slot[uuid] = i
         self.turn.add(i, tokens(f"{user} {asst}"))
@@ -341,6 +347,11 @@ class TurnIndex:
         self._replies.append(replies)
         self._reply_count.append(len(replies))
         self._conversations = self._reply_layout = self._slots = None
+
+    def name(self, uuid: str) -> str | None:
+        """The stored name of a turn in the index (None: not in it, or not known)."""
+        i = self.slot.get(uuid)
+        return None if i is None else self.names[i]
 
     def reply_rows(self, uuid: str) -> np.ndarray | None:
         """The compact vectors of a stored turn's reply sentences (compact()), one row per
@@ -364,7 +375,7 @@ class TurnIndex:
             i = self.slot.pop(u, None)
             if i is None:
                 continue
-            self.uuids[i] = None
+            self.uuids[i] = self.names[i] = None
             self.turn.remove(i)
             self.user.remove(i)
             self._users.view()[i] = 0

@@ -235,3 +235,35 @@ def test_searches_between_writes_change_no_later_result():
         if held is not None:
             assert held.tolist() == fresh.reply_rows(f"u{i}").tolist() == \
                 compact(replies[i]).tolist()
+
+
+async def test_a_search_names_its_turns_from_the_index_as_the_bank_would(engine):
+    """The index holds each turn's row name (its id, tags and state), from its building and
+    from each turn stored after: a search's results name the turns behind their facts from
+    it, with no read of names by uuid (Kuzu scans every turn for one), and the results are
+    those of names read from the bank."""
+    from memoryplus.cli.bench import load_data
+    from memoryplus.engine.queries import q
+    from memoryplus.wire.records import Turn
+    data, questions = load_data(80)
+    stored = [Turn(id=t, user=u, assistant=a, time=T0 + timedelta(hours=i)) for i, (t, u, a) in enumerate(data)]
+    await engine.ingest("b", stored[:50])
+    await engine.search("b", "anything")                # the index is built from the bank here
+    await engine.ingest("b", stored[50:])                # these reach it from the writes
+    bank = await engine.pool.bank("b", create=False)
+    rows = await engine.pool.query(bank, "turns_for_index", gid=bank.slug)
+    assert len(rows) == 80 and all(bank.turns.name(r["uuid"]) == r["name"] for r in rows)
+    names_read = q("episode_names", bank.provider)
+    reads: list[dict] = []
+    bank.driver.observers.append(lambda query, params: reads.append(params) if query == names_read else None)
+    asked = [q for q, _ in questions[:30]] + ["Where did I live before?", "What did I use to do for work?"]
+
+    async def results():
+        return [[(r.id, r.kind, r.sources, r.tags, r.score) for r in await engine.search("b", q, limit=10)]
+                for q in asked]
+    named = await results()
+    assert reads == [], "the names come from the index"
+    bank.turns.names = [None] * len(bank.turns.names)    # as if the index did not know them
+    assert await results() == named
+    assert reads, "the searches must name turns behind facts, or this proves nothing"
+    assert any(tags for found in named for (_, _, _, tags, _) in found), "some results carry tags"
