@@ -30,14 +30,15 @@ QUERIES = ["Where does my sister live?", "What is my job?", "Who is my dentist?"
 
 
 async def assert_same_as_scan(bank, flt=None):
-    """Our candidates are graphiti's own scan, result for result, score for score."""
+    """Our candidates are graphiti's own scan, result for result (every field of a fact,
+    its entities too), score for score."""
     cfg, flt = search_config(10), flt or search_filter(None)
     compared = 0
     for q in QUERIES:
         q = clean_query(q)
         theirs = await bank.graphiti.search_(q, config=cfg, group_ids=[bank.slug], search_filter=flt)
         ours = await graph_index.candidates(bank, q, cfg, flt)
-        assert [e.uuid for e in ours.edges] == [e.uuid for e in theirs.edges], q
+        assert [e.model_dump() for e in ours.edges] == [e.model_dump() for e in theirs.edges], q
         assert [n.uuid for n in ours.nodes] == [n.uuid for n in theirs.nodes], q
         assert [e.uuid for e in ours.episodes] == [e.uuid for e in theirs.episodes], q
         assert ours.edge_reranker_scores == pytest.approx(theirs.edge_reranker_scores), q
@@ -46,7 +47,8 @@ async def assert_same_as_scan(bank, flt=None):
 
 
 async def assert_index_is_the_database(bank):
-    """Every fact and entity vector of the bank is in the index, and nothing else."""
+    """Every fact and entity vector of the bank is in the index, and nothing else; each
+    fact's two entities are the database's."""
     sets = await bank.graph_index.ready()
     for kind, query in graph_index._LOAD.items():
         rows, _, _ = await bank.driver.execute_query(query, gid=bank.slug)
@@ -55,6 +57,11 @@ async def assert_index_is_the_database(bank):
         assert set(vs.rows) == set(db), kind
         for u, v in db.items():
             assert np.allclose(vs.mat[vs.rows[u]], v, atol=1e-6), (kind, u)
+    facts, _, _ = await bank.driver.execute_query(graph_index._UUIDS["facts"], gid=bank.slug)
+    linked, _, _ = await bank.driver.execute_query(graph_index._ENDS, gid=bank.slug)
+    there = {r["uuid"] for r in facts}
+    assert {u: e for u, e in bank.graph_index.ends.items() if u in there} == \
+        {r["uuid"]: (r["source"], r["target"]) for r in linked}
 
 
 async def test_the_index_returns_what_graphitis_scan_returns(engine):
@@ -97,6 +104,13 @@ async def test_the_index_stays_in_step_with_every_write(engine):
     await engine.expire(BANK, 1)      # stored just now: nothing is older than a day
     await assert_index_is_the_database(bank)
     await assert_same_as_scan(bank)
+    # an entity deleted alone: its facts stay, linked to one entity (graphiti's join skips them)
+    linked, _, _ = await bank.driver.execute_query(graph_index._ENDS, gid=bank.slug)
+    sources = [r["source"] for r in linked]
+    rare = min(sources, key=sources.count)
+    await bank.driver.execute_query("MATCH (n:Entity {uuid: $uuid}) DETACH DELETE n", uuid=rare)
+    await assert_index_is_the_database(bank)
+    await assert_same_as_scan(bank)
     # an export imported into a new bank: that bank's index holds all of it
     records = await engine.export(BANK)
     await engine.clear(BANK)
@@ -129,9 +143,10 @@ async def test_the_two_fact_searches_read_their_facts_in_one_query(engine):
     await engine.ingest(BANK, turns(120))
     bank = engine.banks[BANK]
     reads: list[dict] = []
-    bank.driver.observers.append(lambda query, params: reads.append(params)
-                                 if "(e:RelatesToNode_)-[:RELATES_TO]->(m:Entity)" in str(query)
-                                 and "uuids" in params else None)
+    joined: list[dict] = []     # graphiti's join of each fact with its entities
+    bank.driver.observers.append(lambda query, params: (
+        reads.append(params), "(m:Entity)" in str(query) and joined.append(params))
+        if "RelatesToNode_) WHERE e.uuid IN $uuids" in str(query) else None)
     cfg, flt = search_config(10), search_filter(None)
     apart = together = 0
     for q in QUERIES + [q for q, _ in load_data(120)[1][:20]]:
@@ -146,7 +161,10 @@ async def test_the_two_fact_searches_read_their_facts_in_one_query(engine):
         together += len(reads)
         assert [e.uuid for e in res.edges] == [e.uuid for e in alone.edges], q
         assert res.edge_reranker_scores == pytest.approx(alone.edge_reranker_scores), q
+        assert [(e.source_node_uuid, e.target_node_uuid) for e in res.edges] == \
+            [(e.source_node_uuid, e.target_node_uuid) for e in alone.edges], q
     assert apart > together, "some search must find facts both ways, or this proves nothing"
+    assert joined == [], "the facts are read alone, their entities known"
 
 
 async def test_a_failed_fact_search_fails_the_search_at_once(engine):
