@@ -70,6 +70,7 @@ _RETURN = get_entity_edge_return_query(GraphProvider.KUZU)
 _ENDS_RETURNED = {"source_node_uuid": "n.uuid", "target_node_uuid": "m.uuid"}
 _RETURN_ALONE = ",".join(part for part in _RETURN.split(",")
                          if not any(f"{v} AS {k}" in part for k, v in _ENDS_RETURNED.items()))
+_ROWS = "MATCH (e:RelatesToNode_) WHERE e.group_id = $gid RETURN " + _RETURN_ALONE
 _NODE_FILTER = re.compile(r"\b[nm]\s*[.:]")     # a filter on the facts' entities: joined only
 _VECTORS = {
     "facts": "MATCH (e:RelatesToNode_) WHERE e.uuid IN $uuids RETURN e.uuid AS uuid, e.fact_embedding AS v",
@@ -218,6 +219,10 @@ class GraphIndex:
         # fact uuid -> (source, target) entity uuids: fixed at the fact's creation (graphiti's
         # MERGE of the pattern); a fact missing here is read by graphiti's join
         self.ends: dict[str, tuple[str, str]] = {}
+        # fact uuid -> its row (_RETURN_ALONE), dropped at any write naming the fact: Kuzu
+        # reads every column of every fact to return a few (no late materialization), so a
+        # search's facts come from here once Kuzu's filters have picked their uuids
+        self.rows: dict[str, dict] = {}
         self._lock = asyncio.Lock()
 
     # ── kept in step with the writes ───────────────────────────────────────────────────
@@ -238,6 +243,11 @@ class GraphIndex:
             return
         if not WRITE.search(text):
             return
+        named = _named_uuids(params)
+        for u in named:
+            self.rows.pop(u, None)
+        if not named and re.search(r"RelatesToNode_|RELATES_TO", text):
+            self.rows.clear()           # facts written, which ones not said: read again
         for kind, column in (("facts", "fact_embedding"), ("entities", "name_embedding")):
             if not re.search(rf"\.{column}\s*=", text):
                 continue
@@ -291,6 +301,7 @@ class GraphIndex:
                 sets[kind] = vs
             self.ends = {r["uuid"]: (r["source"], r["target"])
                          for r in await self._rows(_ENDS, gid=self.group_id)}
+            self.rows = {r["uuid"]: r for r in await self._rows(_ROWS, gid=self.group_id)}
             self.sets = sets
             for query, params in self.loading:
                 self._apply(query, params)
@@ -369,12 +380,21 @@ class GraphIndex:
         await self.ready()                  # `ends` in step with the writes (reconciled)
         if _NODE_FILTER.search(where):
             return await self._rows(joined, uuids=uuids, **params)
-        rows = await self._rows(_ALONE + where + " RETURN " + _RETURN_ALONE, uuids=uuids, **params)
+        passed = [r["uuid"] for r in await self._rows(_ALONE + where + " RETURN e.uuid AS uuid",
+                                                       uuids=uuids, **params)]
+        rows = {u: self.rows[u] for u in passed if u in self.rows}
+        if len(rows) < len(passed):             # written since they were read
+            writes = self.driver.writes
+            read = await self._rows(_ALONE + "WHERE e.uuid IN $uuids RETURN " + _RETURN_ALONE,
+                                    uuids=[u for u in passed if u not in rows])
+            rows |= {r["uuid"]: r for r in read}
+            if self.driver.writes == writes and self.sets is not None:
+                self.rows |= {r["uuid"]: r for r in read}
         out, unknown = [], []
-        for r in rows:
-            ends = self.ends.get(r["uuid"])
+        for u, r in rows.items():
+            ends = self.ends.get(u)
             if ends is None:
-                unknown.append(r["uuid"])
+                unknown.append(u)
             else:
                 out.append(r | dict(zip(_ENDS_RETURNED, ends)))
         return out + (await self._rows(joined, uuids=unknown, **params) if unknown else [])
@@ -407,6 +427,16 @@ class GraphIndex:
             start += max(len(chunk), 1)
             size *= 2
         return out[:limit]
+
+
+def _named_uuids(params: dict) -> list[str]:
+    """The uuids a write names: `uuid`, `uuids`, and rows of an UNWIND that carry one."""
+    out = [params["uuid"]] if isinstance(params.get("uuid"), str) else []
+    out += [u for u in params.get("uuids") or [] if isinstance(u, str)]
+    for value in params.values():
+        if isinstance(value, list):
+            out += [v["uuid"] for v in value if isinstance(v, dict) and isinstance(v.get("uuid"), str)]
+    return out
 
 
 def _fact_filters(search_filter: SearchFilters, group_ids) -> tuple[str, dict]:

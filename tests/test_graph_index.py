@@ -48,7 +48,7 @@ async def assert_same_as_scan(bank, flt=None):
 
 async def assert_index_is_the_database(bank):
     """Every fact and entity vector of the bank is in the index, and nothing else; each
-    fact's two entities are the database's."""
+    fact's two entities, and each fact row kept, are the database's."""
     sets = await bank.graph_index.ready()
     for kind, query in graph_index._LOAD.items():
         rows, _, _ = await bank.driver.execute_query(query, gid=bank.slug)
@@ -62,6 +62,9 @@ async def assert_index_is_the_database(bank):
     there = {r["uuid"] for r in facts}
     assert {u: e for u, e in bank.graph_index.ends.items() if u in there} == \
         {r["uuid"]: (r["source"], r["target"]) for r in linked}
+    rows, _, _ = await bank.driver.execute_query(graph_index._ROWS, gid=bank.slug)
+    kept = bank.graph_index.rows
+    assert [r for r in rows if r["uuid"] in kept and kept[r["uuid"]] != r] == []
 
 
 async def test_the_index_returns_what_graphitis_scan_returns(engine):
@@ -111,6 +114,11 @@ async def test_the_index_stays_in_step_with_every_write(engine):
     await bank.driver.execute_query("MATCH (n:Entity {uuid: $uuid}) DETACH DELETE n", uuid=rare)
     await assert_index_is_the_database(bank)
     await assert_same_as_scan(bank)
+    # a write of facts that names none of them
+    await bank.driver.execute_query("MATCH (e:RelatesToNode_) WHERE e.group_id = $gid SET e.reference_time = $t",
+                                    gid=bank.slug, t=T0)
+    await assert_index_is_the_database(bank)
+    await assert_same_as_scan(bank)
     # an export imported into a new bank: that bank's index holds all of it
     records = await engine.export(BANK)
     await engine.clear(BANK)
@@ -144,8 +152,10 @@ async def test_the_two_fact_searches_read_their_facts_in_one_query(engine):
     bank = engine.banks[BANK]
     reads: list[dict] = []
     joined: list[dict] = []     # graphiti's join of each fact with its entities
+    columns: list[dict] = []    # the facts' columns read, not kept
     bank.driver.observers.append(lambda query, params: (
-        reads.append(params), "(m:Entity)" in str(query) and joined.append(params))
+        reads.append(params), "(m:Entity)" in str(query) and joined.append(params),
+        "e.fact AS fact" in str(query) and columns.append(params))
         if "RelatesToNode_) WHERE e.uuid IN $uuids" in str(query) else None)
     cfg, flt = search_config(10), search_filter(None)
     apart = together = 0
@@ -165,6 +175,7 @@ async def test_the_two_fact_searches_read_their_facts_in_one_query(engine):
             [(e.source_node_uuid, e.target_node_uuid) for e in alone.edges], q
     assert apart > together, "some search must find facts both ways, or this proves nothing"
     assert joined == [], "the facts are read alone, their entities known"
+    assert columns == [], "the facts' rows are kept: Kuzu only picks the uuids that pass"
 
 
 async def test_a_failed_fact_search_fails_the_search_at_once(engine):
