@@ -59,18 +59,13 @@ _UUIDS = {
 # graphiti's fulltext search of facts (get_relationships_query), its hits alone
 _FACT_WORDS = ("CALL QUERY_FTS_INDEX('RelatesToNode_', 'edge_name_and_fact', cast($query AS STRING), "
                "TOP := $limit) RETURN node.uuid AS uuid, score")
-# each fact's two entities, for reading facts without graphiti's join (GraphIndex.fact_rows)
-_ENDS = ("MATCH (n:Entity)-[:RELATES_TO]->(e:RelatesToNode_)-[:RELATES_TO]->(m:Entity) "
-         "WHERE e.group_id = $gid RETURN e.uuid AS uuid, n.uuid AS source, m.uuid AS target")
-# graphiti's MATCH of facts, and the facts alone (Kuzu's time at 20,000 turns, 20 facts by
-# uuid with graphiti's filters: ~9 ms joined, ~4.5 ms alone)
+# graphiti's MATCH of facts (joined with their two entities) and its rows, and the facts
+# alone, for Kuzu's filters (GraphIndex.fact_rows)
 _JOINED = "MATCH (n:Entity)-[:RELATES_TO]->(e:RelatesToNode_)-[:RELATES_TO]->(m:Entity) "
 _ALONE = "MATCH (e:RelatesToNode_) "
 _RETURN = get_entity_edge_return_query(GraphProvider.KUZU)
-_ENDS_RETURNED = {"source_node_uuid": "n.uuid", "target_node_uuid": "m.uuid"}
-_RETURN_ALONE = ",".join(part for part in _RETURN.split(",")
-                         if not any(f"{v} AS {k}" in part for k, v in _ENDS_RETURNED.items()))
-_ROWS = "MATCH (e:RelatesToNode_) WHERE e.group_id = $gid RETURN " + _RETURN_ALONE
+_RETURNED = tuple(re.findall(r"\bAS (\w+)", _RETURN))       # a kept row's fields, in order
+_ROWS = _JOINED + "WHERE e.group_id = $gid RETURN DISTINCT " + _RETURN
 _NODE_FILTER = re.compile(r"\b[nm]\s*[.:]")     # a filter on the facts' entities: joined only
 _VECTORS = {
     "facts": "MATCH (e:RelatesToNode_) WHERE e.uuid IN $uuids RETURN e.uuid AS uuid, e.fact_embedding AS v",
@@ -216,13 +211,12 @@ class GraphIndex:
         self.sets: dict[str, VectorSet] | None = None     # None: not built (or to rebuild)
         self.loading: list[tuple[str, dict]] | None = None  # writes seen while it is built
         self.reconcile = False      # a deletion whose uuids are not known: re-list them
-        # fact uuid -> (source, target) entity uuids: fixed at the fact's creation (graphiti's
-        # MERGE of the pattern); a fact missing here is read by graphiti's join
-        self.ends: dict[str, tuple[str, str]] = {}
-        # fact uuid -> its row (_RETURN_ALONE), dropped at any write naming the fact: Kuzu
-        # reads every column of every fact to return a few (no late materialization), so a
-        # search's facts come from here once Kuzu's filters have picked their uuids
-        self.rows: dict[str, dict] = {}
+        # fact uuid -> its row as graphiti's MATCH returns it (_RETURNED, a tuple: ~0.8 KB a
+        # fact), dropped at any write naming the fact or deleting one of its entities, read
+        # again when needed. Kuzu reads every returned column of every fact before it keeps
+        # the few asked for, and joins each with every entity: here Kuzu's filters only pick
+        # the uuids that pass
+        self.rows: dict[str, tuple] = {}
         self._lock = asyncio.Lock()
 
     # ── kept in step with the writes ───────────────────────────────────────────────────
@@ -256,21 +250,15 @@ class GraphIndex:
             if not isinstance(uuid, str) or key not in params or not sets[kind].put(uuid, params[key]):
                 self.sets = None        # a write of vectors in another form: reload
                 return
-            if kind == "facts":         # graphiti's saves (one, and bulk) name the two entities
-                ends = (params.get("source_uuid", params.get("source_node_uuid")),
-                        params.get("target_uuid", params.get("target_node_uuid")))
-                if all(isinstance(u, str) for u in ends):
-                    self.ends[uuid] = ends  # type: ignore[assignment]
         if _DELETE.search(text):
             gone = [params["uuid"]] if isinstance(params.get("uuid"), str) else []
             gone += [u for u in params.get("uuids") or [] if isinstance(u, str)]
             for u in gone:
                 sets["facts"].drop(u)
                 sets["entities"].drop(u)
-                self.ends.pop(u, None)
             if gone:        # a fact whose entity went is no longer graphiti's (its join)
                 gone_set = set(gone)
-                self.ends = {f: e for f, e in self.ends.items() if gone_set.isdisjoint(e)}
+                self.rows = {f: r for f, r in self.rows.items() if gone_set.isdisjoint(r[1:3])}
             else:
                 self.reconcile = True
 
@@ -299,14 +287,22 @@ class GraphIndex:
                     if r["v"] is not None and not vs.put(r["uuid"], r["v"]):
                         log.warning("%s %s: a vector of another size, left out", kind, r["uuid"])
                 sets[kind] = vs
-            self.ends = {r["uuid"]: (r["source"], r["target"])
-                         for r in await self._rows(_ENDS, gid=self.group_id)}
-            self.rows = {r["uuid"]: r for r in await self._rows(_ROWS, gid=self.group_id)}
+            self.rows = await self._load_rows()
             self.sets = sets
             for query, params in self.loading:
                 self._apply(query, params)
         finally:
             self.loading = None
+
+    async def _load_rows(self) -> dict[str, tuple]:
+        ids: dict[str, str] = {}    # one string per entity uuid, shared by its facts' rows
+        rows = {}
+        for r in await self._rows(_ROWS, gid=self.group_id):
+            for k in ("source_node_uuid", "target_node_uuid"):
+                r[k] = ids.setdefault(r[k], r[k])
+            r["group_id"] = self.group_id
+            rows[r["uuid"]] = tuple(r[k] for k in _RETURNED)
+        return rows
 
     async def _reconcile(self) -> None:
         self.reconcile = False
@@ -320,7 +316,7 @@ class GraphIndex:
             if new:
                 for r in await self._rows(_VECTORS[kind], uuids=new):
                     vs.put(r["uuid"], r["v"])
-        self.ends = {r["uuid"]: (r["source"], r["target"]) for r in await self._rows(_ENDS, gid=self.group_id)}
+        self.rows = await self._load_rows()      # some of their entities may have gone
 
     # ── graphiti's searches, answered here ─────────────────────────────────────────────
     async def edges(self, vector, search_filter: SearchFilters, group_ids, limit: int,
@@ -373,31 +369,24 @@ class GraphIndex:
 
     async def fact_rows(self, where: str, uuids: list[str], **params) -> list[dict]:
         """graphiti's MATCH of the facts `uuids` with its filters (`where`), as graphiti's
-        rows: the facts alone, their entities from `ends` (Kuzu joined each fact with every
-        entity and link for it); a fact not in `ends`, or a filter on the entities, by
-        graphiti's join itself."""
-        joined = _JOINED + where + " RETURN DISTINCT " + _RETURN
-        await self.ready()                  # `ends` in step with the writes (reconciled)
+        rows: Kuzu's filters pick the uuids that pass, their rows come from `rows` (those
+        not kept by graphiti's MATCH, then kept); a filter on the entities: graphiti's
+        MATCH itself."""
+        await self.ready()                  # `rows` in step with the writes
         if _NODE_FILTER.search(where):
-            return await self._rows(joined, uuids=uuids, **params)
+            return await self._rows(_JOINED + where + " RETURN DISTINCT " + _RETURN, uuids=uuids, **params)
         passed = [r["uuid"] for r in await self._rows(_ALONE + where + " RETURN e.uuid AS uuid",
                                                        uuids=uuids, **params)]
-        rows = {u: self.rows[u] for u in passed if u in self.rows}
-        if len(rows) < len(passed):             # written since they were read
+        out = [dict(zip(_RETURNED, self.rows[u])) for u in passed if u in self.rows]
+        unread = [u for u in passed if u not in self.rows]     # written since they were read
+        if unread:
             writes = self.driver.writes
-            read = await self._rows(_ALONE + "WHERE e.uuid IN $uuids RETURN " + _RETURN_ALONE,
-                                    uuids=[u for u in passed if u not in rows])
-            rows |= {r["uuid"]: r for r in read}
+            read = await self._rows(_JOINED + "WHERE e.uuid IN $uuids RETURN DISTINCT " + _RETURN,
+                                    uuids=unread)
+            out += read
             if self.driver.writes == writes and self.sets is not None:
-                self.rows |= {r["uuid"]: r for r in read}
-        out, unknown = [], []
-        for u, r in rows.items():
-            ends = self.ends.get(u)
-            if ends is None:
-                unknown.append(u)
-            else:
-                out.append(r | dict(zip(_ENDS_RETURNED, ends)))
-        return out + (await self._rows(joined, uuids=unknown, **params) if unknown else [])
+                self.rows |= {r["uuid"]: tuple(r[k] for k in _RETURNED) for r in read}
+        return out
 
     async def _in_order(self, ranked: list[str], query: str, params: dict, limit: int,
                         shared: SharedFactRead | None = None, read=None) -> list[dict]:

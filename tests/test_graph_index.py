@@ -46,7 +46,7 @@ async def assert_same_as_scan(bank, flt=None):
     assert compared > 20, "the queries must find something, or the comparison proves nothing"
 
 
-async def assert_index_is_the_database(bank):
+async def assert_index_is_the_database(bank, kept_most: bool = True):
     """Every fact and entity vector of the bank is in the index, and nothing else; each
     fact's two entities, and each fact row kept, are the database's."""
     sets = await bank.graph_index.ready()
@@ -58,13 +58,11 @@ async def assert_index_is_the_database(bank):
         for u, v in db.items():
             assert np.allclose(vs.mat[vs.rows[u]], v, atol=1e-6), (kind, u)
     facts, _, _ = await bank.driver.execute_query(graph_index._UUIDS["facts"], gid=bank.slug)
-    linked, _, _ = await bank.driver.execute_query(graph_index._ENDS, gid=bank.slug)
-    there = {r["uuid"] for r in facts}
-    assert {u: e for u, e in bank.graph_index.ends.items() if u in there} == \
-        {r["uuid"]: (r["source"], r["target"]) for r in linked}
     rows, _, _ = await bank.driver.execute_query(graph_index._ROWS, gid=bank.slug)
-    kept = bank.graph_index.rows
-    assert [r for r in rows if r["uuid"] in kept and kept[r["uuid"]] != r] == []
+    there, linked = {r["uuid"] for r in facts}, {r["uuid"]: r for r in rows}
+    kept = {u: dict(zip(graph_index._RETURNED, r)) for u, r in bank.graph_index.rows.items() if u in there}
+    assert [r for u, r in kept.items() if linked.get(u) != r] == [], "kept as graphiti's MATCH reads it"
+    assert len(kept) > len(linked) / 2 or not kept_most, "most rows are kept, or this proves little"
 
 
 async def test_the_index_returns_what_graphitis_scan_returns(engine):
@@ -108,8 +106,10 @@ async def test_the_index_stays_in_step_with_every_write(engine):
     await assert_index_is_the_database(bank)
     await assert_same_as_scan(bank)
     # an entity deleted alone: its facts stay, linked to one entity (graphiti's join skips them)
-    linked, _, _ = await bank.driver.execute_query(graph_index._ENDS, gid=bank.slug)
-    sources = [r["source"] for r in linked]
+    bank.graph_index.sets = None        # built again: every fact's row kept
+    await bank.graph_index.ready()
+    linked, _, _ = await bank.driver.execute_query(graph_index._ROWS, gid=bank.slug)
+    sources = [r["source_node_uuid"] for r in linked]
     rare = min(sources, key=sources.count)
     await bank.driver.execute_query("MATCH (n:Entity {uuid: $uuid}) DETACH DELETE n", uuid=rare)
     await assert_index_is_the_database(bank)
@@ -117,8 +117,9 @@ async def test_the_index_stays_in_step_with_every_write(engine):
     # a write of facts that names none of them
     await bank.driver.execute_query("MATCH (e:RelatesToNode_) WHERE e.group_id = $gid SET e.reference_time = $t",
                                     gid=bank.slug, t=T0)
-    await assert_index_is_the_database(bank)
+    assert bank.graph_index.rows == {}, "which facts changed is not known: none is kept"
     await assert_same_as_scan(bank)
+    await assert_index_is_the_database(bank, kept_most=False)     # those read again since
     # an export imported into a new bank: that bank's index holds all of it
     records = await engine.export(BANK)
     await engine.clear(BANK)
