@@ -65,6 +65,7 @@ _JOINED = "MATCH (n:Entity)-[:RELATES_TO]->(e:RelatesToNode_)-[:RELATES_TO]->(m:
 _ALONE = "MATCH (e:RelatesToNode_) "
 _RETURN = get_entity_edge_return_query(GraphProvider.KUZU)
 _RETURNED = tuple(re.findall(r"\bAS (\w+)", _RETURN))       # a kept row's fields, in order
+_INVALID_AT = _RETURNED.index("invalid_at")
 _ROWS = _JOINED + "WHERE e.group_id = $gid RETURN DISTINCT " + _RETURN
 _NODE_FILTER = re.compile(r"\b[nm]\s*[.:]")     # a filter on the facts' entities: joined only
 _VECTORS = {
@@ -366,6 +367,12 @@ class GraphIndex:
                  " RETURN " + get_entity_node_return_query(GraphProvider.KUZU))
         rows = await self._in_order(ranked, query, params, limit)
         return [get_entity_node_from_record(r, GraphProvider.KUZU) for r in rows]
+
+    def kept_ends(self, uuids) -> dict[str, Any]:
+        """When the kept facts among `uuids` stopped being true (None: still true)."""
+        if self.sets is None:               # writes not followed meanwhile
+            return {}
+        return {u: self.rows[u][_INVALID_AT] for u in uuids if u in self.rows}
 
     async def fact_rows(self, where: str, uuids: list[str], **params) -> list[dict]:
         """graphiti's MATCH of the facts `uuids` with its filters (`where`), as graphiti's

@@ -245,10 +245,15 @@ class SearchOps:
         rows = await self.pool.episodes(bank, [u for u, _ in hits])
         hits = [u for u, _ in hits if u in rows]
         edges = list({e for u in hits for e in rows[u]["entity_edges"] or []})
+        # the facts' ends: those the graph index keeps (no read by uuid), then the rest
+        found = bank.graph_index.kept_ends(edges) if bank.graph_index is not None else {}
+        unread = [e for e in edges if e not in found]
+        for r in await self.pool.query(bank, "fact_ends", uuids=unread) if unread else []:
+            found[r["uuid"]] = r["invalid_at"]
         ends: dict[str, datetime | None] = {}
-        for r in await self.pool.query(bank, "fact_ends", uuids=edges) if edges else []:
-            end = ts(r["invalid_at"])
-            ends[r["uuid"]] = end if end is not None and (until is None or end <= as_utc(until)) else None
+        for uuid, invalid_at in found.items():
+            end = ts(invalid_at)
+            ends[uuid] = end if end is not None and (until is None or end <= as_utc(until)) else None
         ended: dict[str, datetime] = {}
         for u in hits:
             mine = [ends.get(e) for e in rows[u]["entity_edges"] or [] if e in ends]

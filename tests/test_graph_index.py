@@ -284,3 +284,25 @@ def test_a_big_bank_gets_a_buffer_pool_in_proportion(tmp_path):
     assert store.outgrown(Opened(), tmp_path, 128)           # reopened (when idle) with more
     Opened.pool_mb = 832
     assert not store.outgrown(Opened(), tmp_path, 128)
+
+
+async def test_when_a_turns_facts_ended_comes_from_the_kept_rows(engine):
+    """A turn whose facts were all replaced shows when they ended ("I live in Berlin" after
+    "I live in Lisbon now"): taken from the kept fact rows, with no read of facts by uuid,
+    as when read from the database."""
+    from memoryplus.engine.queries import q
+    await engine.ingest(BANK, [Turn(id="1", user="I live in Berlin.", time=T0),
+                               Turn(id="2", user="I live in Lisbon now.", time=T0 + timedelta(days=30))])
+    await engine.search(BANK, "Where do I live?")             # the index is built
+    bank = engine.banks[BANK]
+    ends_read = q("fact_ends", bank.provider)
+    reads: list[dict] = []
+    bank.driver.observers.append(lambda query, params: reads.append(params) if query == ends_read else None)
+
+    async def berlin():
+        return [(r.kind, r.invalid_at) for r in await engine.search(BANK, "Where do I live?", limit=5)
+                if "Berlin" in r.text]
+    kept = await berlin()
+    assert ("episode", T0 + timedelta(days=30)) in kept and reads == []
+    bank.graph_index.rows.clear()                   # as if none were kept
+    assert await berlin() == kept and reads, "read from the database: the same"
