@@ -13,8 +13,10 @@ The search itself stays graphiti's (`search_` with our driver, whose `search_int
 answers the two cosine searches, runs the facts' fulltext search in two queries, reads the
 facts both fact searches found in one query, and hands everything else to graphiti's own
 queries), so the results are the same SearchResults: the index picks the best-scoring
-uuids, and graphiti's filters (expired, valid_at …) and its MATCH run in Kuzu on those few,
-in score order, until `limit` rows pass. An entry the database no longer has is skipped,
+uuids, and graphiti's filters (expired, valid_at …) run in Kuzu on those few, in score
+order, until `limit` rows pass. The facts' rows as graphiti's MATCH returns them are kept
+here too (`rows`, dropped at each write that names the fact), since Kuzu 0.11.3 reads every
+returned column of every fact, and joins each with every entity, to return a few. An entry the database no longer has is skipped,
 never returned, so the answer is the scan's whatever the index holds extra. Neo4j keeps
 graphiti's path (its own vector indexes).
 """
@@ -252,8 +254,7 @@ class GraphIndex:
                 self.sets = None        # a write of vectors in another form: reload
                 return
         if _DELETE.search(text):
-            gone = [params["uuid"]] if isinstance(params.get("uuid"), str) else []
-            gone += [u for u in params.get("uuids") or [] if isinstance(u, str)]
+            gone = _uuid_params(params)
             for u in gone:
                 sets["facts"].drop(u)
                 sets["entities"].drop(u)
@@ -425,10 +426,15 @@ class GraphIndex:
         return out[:limit]
 
 
+def _uuid_params(params: dict) -> list[str]:
+    """The uuids a query names in `uuid` and `uuids`."""
+    out = [params["uuid"]] if isinstance(params.get("uuid"), str) else []
+    return out + [u for u in params.get("uuids") or [] if isinstance(u, str)]
+
+
 def _named_uuids(params: dict) -> list[str]:
     """The uuids a write names: `uuid`, `uuids`, and rows of an UNWIND that carry one."""
-    out = [params["uuid"]] if isinstance(params.get("uuid"), str) else []
-    out += [u for u in params.get("uuids") or [] if isinstance(u, str)]
+    out = _uuid_params(params)
     for value in params.values():
         if isinstance(value, list):
             out += [v["uuid"] for v in value if isinstance(v, dict) and isinstance(v.get("uuid"), str)]
