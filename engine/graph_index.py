@@ -69,6 +69,7 @@ _RETURN = get_entity_edge_return_query(GraphProvider.KUZU)
 _RETURNED = tuple(re.findall(r"\bAS (\w+)", _RETURN))       # a kept row's fields, in order
 _INVALID_AT = _RETURNED.index("invalid_at")
 _ROWS = _JOINED + "WHERE e.group_id = $gid RETURN DISTINCT " + _RETURN
+_ROWS_BY_UUID = _JOINED + "WHERE e.uuid IN $uuids RETURN DISTINCT " + _RETURN
 _NODE_FILTER = re.compile(r"\b[nm]\s*[.:]")     # a filter on the facts' entities: joined only
 _VECTORS = {
     "facts": "MATCH (e:RelatesToNode_) WHERE e.uuid IN $uuids RETURN e.uuid AS uuid, e.fact_embedding AS v",
@@ -303,7 +304,7 @@ class GraphIndex:
             for k in ("source_node_uuid", "target_node_uuid"):
                 r[k] = ids.setdefault(r[k], r[k])
             r["group_id"] = self.group_id
-            rows[r["uuid"]] = tuple(r[k] for k in _RETURNED)
+            rows[r["uuid"]] = _kept(r)
         return rows
 
     async def _reconcile(self) -> None:
@@ -389,11 +390,10 @@ class GraphIndex:
         unread = [u for u in passed if u not in self.rows]     # written since they were read
         if unread:
             writes = self.driver.writes
-            read = await self._rows(_JOINED + "WHERE e.uuid IN $uuids RETURN DISTINCT " + _RETURN,
-                                    uuids=unread)
+            read = await self._rows(_ROWS_BY_UUID, uuids=unread)
             out += read
             if self.driver.writes == writes and self.sets is not None:
-                self.rows |= {r["uuid"]: tuple(r[k] for k in _RETURNED) for r in read}
+                self.rows |= {r["uuid"]: _kept(r) for r in read}
         return out
 
     async def _in_order(self, ranked: list[str], query: str, params: dict, limit: int,
@@ -424,6 +424,11 @@ class GraphIndex:
             start += max(len(chunk), 1)
             size *= 2
         return out[:limit]
+
+
+def _kept(row: dict) -> tuple:
+    """A fact's row as GraphIndex.rows keeps it (the fields of _RETURNED, in order)."""
+    return tuple(row[k] for k in _RETURNED)
 
 
 def _uuid_params(params: dict) -> list[str]:
