@@ -33,6 +33,7 @@ from memoryplus.engine.providers import (
     EmbedderChoice, LLMUsage, OverlapReranker, ProviderError, build_embedder, build_llm, count_usage,
     embeddings_unserved, llm_available, local_choice, resolve_embedder,
 )
+from memoryplus.engine.kuzu_statements import lookups_cheaper
 from memoryplus.engine.queries import q
 from memoryplus.engine.store import (StoreError, close_kuzu, ensure_fulltext_indexes, ensure_turn_vectors,
                                      open_kuzu, open_neo4j)
@@ -365,7 +366,12 @@ class BankPool:
     async def episodes(self, bank: Bank, uuids: list[str]) -> dict[str, dict]:
         if not uuids:
             return {}
-        rows = await self.query(bank, "episodes_by_uuid", uuids=list(dict.fromkeys(uuids)))
+        uuids = list(dict.fromkeys(uuids))
+        each = getattr(bank.driver, "execute_each", None)       # Kuzu: by key when cheaper
+        if each is not None and bank.turns is not None and lookups_cheaper(len(uuids), len(bank.turns)):
+            rows = await each(q("episode_by_uuid", bank.provider), [{"uuid": u} for u in uuids])
+        else:
+            rows = await self.query(bank, "episodes_by_uuid", uuids=uuids)
         return {r["uuid"]: r for r in rows}
 
     async def entity_index(self, bank: Bank) -> dict[str, tuple[str, str]]:

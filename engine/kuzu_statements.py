@@ -7,27 +7,36 @@ Kuzu 0.11.3's Python binding prepares a statement for every `execute(query, para
 never frees its native memory: 6–40 KB per call. A search runs 7 queries, so a worker that
 answered 2,000 searches on one open bank held 1.4 GB (measured; closing the bank gave it
 back). Executing one prepared statement per distinct query text leaks nothing.
+
+Lookups by key:
+
+Kuzu 0.11.3 answers `WHERE e.uuid IN $uuids` by scanning the whole table, and
+`MATCH (e:Episodic {uuid: $uuid})` from its primary-key index. Measured on the bench's bank
+(2026-12-05, 10 turns asked, one thread hop): the IN list 0.63 ms at 2,000 turns and 3.26 ms
+at 20,000, the keys one by one 1.0 ms at both. `lookups_cheaper` picks the cheaper way.
 """
 from __future__ import annotations
 
+import asyncio
 import re
 from collections import OrderedDict
 from functools import lru_cache
 from typing import Any
 
 STATEMENTS_KEPT = 256      # distinct query texts: ours and graphiti's are a few dozen
+LOOKUP_MS = 0.1            # one key through the primary-key index (see the module's docstring)
+SCAN_MS, SCAN_MS_PER_1000_ROWS = 0.45, 0.13     # an IN list: a scan of the table
+
+
+def lookups_cheaper(keys: int, rows: int) -> bool:
+    """Whether `keys` lookups by key cost less than one scan of a table of `rows` rows."""
+    return keys * LOOKUP_MS < SCAN_MS + SCAN_MS_PER_1000_ROWS * rows / 1000
 
 
 class PreparedStatementsMixin:
     """For a graphiti KuzuDriver subclass: `execute_query` through cached prepared statements."""
 
-    async def execute_query(self, cypher_query_: str, **kwargs: Any):  # type: ignore[override]
-        cypher_query_ = faster_query(cypher_query_)
-        params = {k: v for k, v in kwargs.items() if v is not None}
-        params.pop("database_", None)       # what graphiti's KuzuDriver drops too
-        params.pop("routing_", None)
-        if not params:                      # no parameters: Kuzu runs it without preparing
-            return await super().execute_query(cypher_query_, **kwargs)  # type: ignore[misc]
+    async def _statement(self, cypher_query_: str):
         cache: OrderedDict = self.__dict__.setdefault("_statements", OrderedDict())
         statement = cache.get(cypher_query_)
         if statement is None:
@@ -37,12 +46,49 @@ class PreparedStatementsMixin:
                 cache.popitem(last=False)
         else:
             cache.move_to_end(cypher_query_)
+        return statement
+
+    async def execute_each(self, cypher_query_: str, param_sets: list[dict]) -> list[dict]:
+        """A read run once per parameter set, in one hop to Kuzu's thread: the rows of all,
+        in turn (for lookups by key, see `lookups_cheaper`)."""
+        if not param_sets:
+            return []
+        statement = await self._statement(cypher_query_)
+        conn = statement._connection        # a statement runs on the connection that prepared it
+
+        def run() -> list[dict]:
+            out: list[dict] = []
+            for params in param_sets:
+                out += conn.execute(statement, params).rows_as_dict()
+            return out
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self.client.executor, run)  # type: ignore[attr-defined]
+        except asyncio.CancelledError:
+            conn.interrupt()                # as Kuzu's AsyncConnection does
+            raise
+        except Exception:
+            # as execute_query: forget the statement, and run the plain path (which raises)
+            self.__dict__["_statements"].pop(cypher_query_, None)
+            out = []
+            for params in param_sets:
+                records, _, _ = await self.execute_query(cypher_query_, **params)
+                out += records
+            return out
+
+    async def execute_query(self, cypher_query_: str, **kwargs: Any):  # type: ignore[override]
+        cypher_query_ = faster_query(cypher_query_)
+        params = {k: v for k, v in kwargs.items() if v is not None}
+        params.pop("database_", None)       # what graphiti's KuzuDriver drops too
+        params.pop("routing_", None)
+        if not params:                      # no parameters: Kuzu runs it without preparing
+            return await super().execute_query(cypher_query_, **kwargs)  # type: ignore[misc]
+        statement = await self._statement(cypher_query_)
         try:
             results = await self.client.execute(statement, parameters=params)  # type: ignore[attr-defined]
         except Exception:
             # e.g. a statement prepared before an index was rebuilt: forget it, and let the
             # plain path run the query (and log and raise as graphiti does if it fails again)
-            cache.pop(cypher_query_, None)
+            self.__dict__["_statements"].pop(cypher_query_, None)
             return await super().execute_query(cypher_query_, **kwargs)  # type: ignore[misc]
         if not results:
             return [], None, None

@@ -41,6 +41,7 @@ def _queries(p: GraphProvider) -> dict[str, str]:
     fact = _FACT[p]
     queries = {
         "episodes_by_uuid": f"MATCH (e:Episodic) WHERE e.uuid IN $uuids RETURN {_EPISODE_FIELDS}",
+        "episode_by_uuid": f"MATCH (e:Episodic {{uuid: $uuid}}) RETURN {_EPISODE_FIELDS}",  # by key
         # what a search result needs of its turns (their metadata lives in the name)
         "episode_names": "MATCH (e:Episodic) WHERE e.uuid IN $uuids RETURN e.uuid AS uuid, e.name AS name",
         "episodes_page": (f"MATCH (e:Episodic) WHERE e.group_id = $gid RETURN {_EPISODE_FIELDS} "
