@@ -445,24 +445,44 @@ class TurnIndex:
         return np.exp(-0.5 * ((t - when.timestamp()) / spread) ** 2)
 
     @staticmethod
-    def fuse(signals: list[np.ndarray], live: np.ndarray, weights=WEIGHTS,
-             near: np.ndarray | None = None, conversations: np.ndarray | None = None) -> np.ndarray:
-        """The signals standardised over the live turns and summed with `weights`, plus
-        DATE_WEIGHT × `near` and the conversation's share; -inf for turns that are not live
-        or below the relevance floor."""
-        total = np.zeros(len(live))
+    def shares(signals: list[np.ndarray], live: np.ndarray, weights) -> list[np.ndarray | None]:
+        """Each signal standardised over the live turns and weighed (None: no spread), one
+        value per live turn."""
+        every = bool(live.all())
+        out: list[np.ndarray | None] = []
         for w, s in zip(weights, signals):
-            x = s[live]
+            x = s if every else s[live]
             sd = x.std() if len(x) else 0.0
-            if sd > 0:
-                total[live] += w * (x - x.mean()) / sd
+            out.append(w * (x - x.mean()) / sd if sd > 0 else None)
+        return out
+
+    @staticmethod
+    def fuse(signals: list[np.ndarray], live: np.ndarray, weights=WEIGHTS,
+             near: np.ndarray | None = None, conversations: np.ndarray | None = None,
+             shares: list[np.ndarray | None] | None = None) -> np.ndarray:
+        """The signals standardised over the live turns and summed with `weights` (`shares`
+        when given: computed already), plus DATE_WEIGHT × `near` and the conversation's share;
+        -inf for turns that are not live or below the relevance floor."""
+        every = bool(live.all())    # then whole arrays: no copies by mask (same sums)
+        total = np.zeros(len(live))
+        for share in TurnIndex.shares(signals, live, weights) if shares is None else shares:
+            if share is None:
+                continue
+            if every:
+                total += share
+            else:
+                total[live] += share
         total += 1e-6 * signals[2]          # a bank of one turn has no spread: cosine decides
         if near is not None:
             total += DATE_WEIGHT * near
         if conversations is not None and live.any():
             best = np.full(int(conversations.max()) + 1, -np.inf)
-            np.maximum.at(best, conversations[live], total[live])
-            total[live] += CONVERSATION_WEIGHT * best[conversations[live]]
+            if every:
+                np.maximum.at(best, conversations, total)
+                total += CONVERSATION_WEIGHT * best[conversations]
+            else:
+                np.maximum.at(best, conversations[live], total[live])
+                total[live] += CONVERSATION_WEIGHT * best[conversations[live]]
         total[~(live & ((signals[0] > 0) | (signals[2] >= COSINE_FLOOR)))] = -np.inf
         return total
 
@@ -472,7 +492,8 @@ class TurnIndex:
         """The fused score per slot (fuse), ranked a second time with the cosine to the query's
         vector moved towards its PRF_TURNS best turns when `feedback` (pseudo-relevance
         feedback). `signals` is left as it was (the weights script reuses them)."""
-        total = self.fuse(signals, live, weights, near, conversations)
+        shares = self.shares(signals, live, weights)
+        total = self.fuse(signals, live, weights, near, conversations, shares)
         k = min(PRF_TURNS, int(np.isfinite(total).sum())) if feedback else 0
         if not k:
             return total
@@ -481,7 +502,9 @@ class TurnIndex:
         moved = np.asarray(query_vector, dtype=np.float32) + PRF_WEIGHT * users[best].mean(axis=0)
         norm = float(np.linalg.norm(moved))
         cosine = users @ (moved / norm if norm > 0 else moved)
-        return self.fuse([*signals[:2], cosine, *signals[3:]], live, weights, near, conversations)
+        moved = [*signals[:2], cosine, *signals[3:]]     # only the cosine's share changes
+        shares[2:3] = self.shares(moved[2:3], live, weights[2:3])
+        return self.fuse(moved, live, weights, near, conversations, shares)
 
     @staticmethod
     def spread(total: np.ndarray, conversations: np.ndarray, penalty: float) -> np.ndarray:
