@@ -25,7 +25,10 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+import operator
 import re
+from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 import numpy as np
@@ -39,7 +42,8 @@ from graphiti_core.nodes import get_entity_node_from_record
 from graphiti_core.search import search_utils
 from graphiti_core.search.search_config import EdgeSearchMethod, SearchConfig, SearchResults
 from graphiti_core.search.search_filters import (
-    SearchFilters, edge_search_filter_query_constructor, node_search_filter_query_constructor,
+    ComparisonOperator, SearchFilters, edge_search_filter_query_constructor,
+    node_search_filter_query_constructor,
 )
 from pydantic import PrivateAttr
 
@@ -68,6 +72,7 @@ _ALONE = "MATCH (e:RelatesToNode_) "
 _RETURN = get_entity_edge_return_query(GraphProvider.KUZU)
 _RETURNED = tuple(re.findall(r"\bAS (\w+)", _RETURN))       # a kept row's fields, in order
 _INVALID_AT = _RETURNED.index("invalid_at")
+_GROUP_ID = _RETURNED.index("group_id")
 _ROWS = _JOINED + "WHERE e.group_id = $gid RETURN DISTINCT " + _RETURN
 _ROWS_BY_UUID = _JOINED + "WHERE e.uuid IN $uuids RETURN DISTINCT " + _RETURN
 _NODE_FILTER = re.compile(r"\b[nm]\s*[.:]")     # a filter on the facts' entities: joined only
@@ -256,6 +261,9 @@ class GraphIndex:
                 return
         if _DELETE.search(text):
             gone = _uuid_params(params)
+            if re.search(r"RelatesToNode_|RELATES_TO", text) and not _names_facts_or_entities(text):
+                self.rows.clear()       # facts deleted by what else they hold: read again,
+                self.reconcile = True   # their vectors listed again
             for u in gone:
                 sets["facts"].drop(u)
                 sets["entities"].drop(u)
@@ -378,14 +386,18 @@ class GraphIndex:
 
     async def fact_rows(self, where: str, uuids: list[str], **params) -> list[dict]:
         """graphiti's MATCH of the facts `uuids` with its filters (`where`), as graphiti's
-        rows: Kuzu's filters pick the uuids that pass, their rows come from `rows` (those
-        not kept by graphiti's MATCH, then kept); a filter on the entities: graphiti's
-        MATCH itself."""
+        rows: the kept rows tested here when `where` carries the test (_Where), the others
+        picked by Kuzu's filters; their rows come from `rows` (those not kept by graphiti's
+        MATCH, then kept); a filter on the entities: graphiti's MATCH itself."""
         await self.ready()                  # `rows` in step with the writes
         if _NODE_FILTER.search(where):
             return await self._rows(_JOINED + where + " RETURN DISTINCT " + _RETURN, uuids=uuids, **params)
-        passed = [r["uuid"] for r in await self._rows(_ALONE + where + " RETURN e.uuid AS uuid",
-                                                       uuids=uuids, **params)]
+        test = getattr(where, "test", None)
+        passed = [u for u in uuids if u in self.rows and test(self.rows[u])] if test else []
+        asked = [u for u in uuids if u not in self.rows] if test else uuids
+        if asked:
+            passed += [r["uuid"] for r in await self._rows(_ALONE + where + " RETURN e.uuid AS uuid",
+                                                           uuids=asked, **params)]
         out = [dict(zip(_RETURNED, self.rows[u])) for u in passed if u in self.rows]
         unread = [u for u in passed if u not in self.rows]     # written since they were read
         if unread:
@@ -437,6 +449,15 @@ def _uuid_params(params: dict) -> list[str]:
     return out + [u for u in params.get("uuids") or [] if isinstance(u, str)]
 
 
+def _names_facts_or_entities(query: str) -> bool:
+    """Whether every node `query` picks by `$uuid`/`$uuids` is a fact or an entity (and it
+    picks some): then a fact it deletes is named, or has a named entity."""
+    labels = dict(re.findall(r"\((\w+):(\w+)", query))
+    picked = re.findall(r"\((\w+):\w+\s*\{\s*uuid:\s*\$uuids?\s*\}", query)
+    picked += re.findall(r"\b(\w+)\.uuid\s*(?:=\s*\$uuid|IN\s+\$uuids)\b", query)
+    return bool(picked) and all(labels.get(v) in ("RelatesToNode_", "Entity") for v in picked)
+
+
 def _named_uuids(params: dict) -> list[str]:
     """The uuids a write names: `uuid`, `uuids`, and rows of an UNWIND that carry one."""
     out = _uuid_params(params)
@@ -446,14 +467,75 @@ def _named_uuids(params: dict) -> list[str]:
     return out
 
 
-def _fact_filters(search_filter: SearchFilters, group_ids) -> tuple[str, dict]:
+class _Where(str):
+    """graphiti's WHERE for its MATCH of facts, carrying the same filter as a test of a kept
+    row (`test`), or None when only Kuzu can evaluate it."""
+    test: Callable[[tuple], bool] | None = None
+
+
+def _fact_filters(search_filter: SearchFilters, group_ids) -> tuple[_Where, dict]:
     """graphiti's WHERE for its MATCH of facts, on the facts `$uuids` (measured faster
     than matching them all first)."""
     filters, params = edge_search_filter_query_constructor(search_filter, GraphProvider.KUZU)
     if group_ids is not None:
         filters.append("e.group_id IN $group_ids")
         params["group_ids"] = group_ids
-    return "WHERE e.uuid IN $uuids" + "".join(f" AND ({f})" for f in filters), params
+    where = _Where("WHERE e.uuid IN $uuids" + "".join(f" AND ({f})" for f in filters))
+    where.test = _row_test(search_filter, params, group_ids)
+    return where, params
+
+
+_DATES = ("valid_at", "invalid_at", "created_at", "expired_at")
+_COMPARE = {ComparisonOperator.equals: operator.eq, ComparisonOperator.not_equals: operator.ne,
+            ComparisonOperator.greater_than: operator.gt, ComparisonOperator.less_than: operator.lt,
+            ComparisonOperator.greater_than_equal: operator.ge,
+            ComparisonOperator.less_than_equal: operator.le}
+_NULL_TESTS = {ComparisonOperator.is_null: True, ComparisonOperator.is_not_null: False}
+
+
+def _row_test(search_filter: SearchFilters, params: dict, group_ids) -> Callable[[tuple], bool] | None:
+    """graphiti's fact filter as a test of a kept row, as Kuzu evaluates its WHERE: a date
+    compared with NULL is not true, and only true passes; each `$name_j` bound as graphiti
+    binds it (edge_search_filter_query_constructor's params). None when the filter holds
+    more than dates and groups: then Kuzu evaluates it."""
+    f = search_filter
+    if any(v is not None for v in (f.edge_types, f.edge_uuids, f.edge_source_node_uuids,
+                                   f.edge_target_node_uuids, f.node_labels, f.property_filters)):
+        return None
+    clauses = []        # per date field: its position in a row, and its OR of ANDs
+    for name in _DATES:
+        groups = getattr(f, name)
+        if groups is None:
+            continue
+        ors = []
+        for group in groups:
+            ands = []
+            for j, d in enumerate(group):
+                op = d.comparison_operator
+                if op in _NULL_TESTS:
+                    ands.append((op, None))
+                    continue
+                value = params.get(f"{name}_{j}")
+                if not isinstance(value, datetime):
+                    return None
+                # Kuzu 0.11.3 binds an aware datetime by its wall time (its offset dropped)
+                # and returns TIMESTAMP naive: compared the same way here
+                ands.append((op, value.replace(tzinfo=None)))
+            ors.append(ands)
+        clauses.append((_RETURNED.index(name), ors))
+    groups_in = None if group_ids is None else frozenset(group_ids)
+
+    def true(value, op, bound) -> bool:
+        if op in _NULL_TESTS:
+            return (value is None) == _NULL_TESTS[op]
+        return value is not None and _COMPARE[op](value, bound)
+
+    def test(row: tuple) -> bool:
+        if groups_in is not None and row[_GROUP_ID] not in groups_in:
+            return False
+        return all(any(all(true(row[pos], op, bound) for op, bound in ands) for ands in ors)
+                   for pos, ors in clauses)
+    return test
 
 
 class _Interface(SearchInterface):

@@ -60,7 +60,8 @@ async def assert_index_is_the_database(bank, kept_most: bool = True):
     facts, _, _ = await bank.driver.execute_query(graph_index._UUIDS["facts"], gid=bank.slug)
     rows, _, _ = await bank.driver.execute_query(graph_index._ROWS, gid=bank.slug)
     there, linked = {r["uuid"] for r in facts}, {r["uuid"]: r for r in rows}
-    kept = {u: dict(zip(graph_index._RETURNED, r)) for u, r in bank.graph_index.rows.items() if u in there}
+    kept = {u: dict(zip(graph_index._RETURNED, r)) for u, r in bank.graph_index.rows.items()}
+    assert set(kept) <= there & set(linked), "no row kept for a fact graphiti's MATCH no longer returns"
     assert [r for u, r in kept.items() if linked.get(u) != r] == [], "kept as graphiti's MATCH reads it"
     assert len(kept) > len(linked) / 2 or not kept_most, "most rows are kept, or this proves little"
 
@@ -154,17 +155,24 @@ async def test_the_two_fact_searches_read_their_facts_in_one_query(engine):
     reads: list[dict] = []
     joined: list[dict] = []     # graphiti's join of each fact with its entities
     columns: list[dict] = []    # the facts' columns read, not kept
+    queried: list[dict] = []    # Kuzu's filter of the facts
     bank.driver.observers.append(lambda query, params: (
-        reads.append(params), "(m:Entity)" in str(query) and joined.append(params),
+        queried.append(params), "(m:Entity)" in str(query) and joined.append(params),
         "e.fact AS fact" in str(query) and columns.append(params))
         if "RelatesToNode_) WHERE e.uuid IN $uuids" in str(query) else None)
+    index, read = bank.graph_index, bank.graph_index.fact_rows
+
+    async def counted(where, uuids, **params):
+        reads.append(uuids)
+        return await read(where, uuids, **params)
+    index.fact_rows = counted
     cfg, flt = search_config(10), search_filter(None)
     apart = together = 0
     for q in QUERIES + [q for q, _ in load_data(120)[1][:20]]:
         q = clean_query(q)
         reads.clear()       # graphiti's search_ on the index's driver, each search reading alone
         alone = await bank.graphiti.search_(q, config=cfg, group_ids=[bank.slug], search_filter=flt,
-                                            driver=bank.graph_index.search_driver)
+                                            driver=index.search_driver)
         apart += len(reads)
         reads.clear()
         res = await graph_index.candidates(bank, q, cfg, flt)
@@ -177,6 +185,59 @@ async def test_the_two_fact_searches_read_their_facts_in_one_query(engine):
     assert apart > together, "some search must find facts both ways, or this proves nothing"
     assert joined == [], "the facts are read alone, their entities known"
     assert columns == [], "the facts' rows are kept: Kuzu only picks the uuids that pass"
+    assert queried == [], "the kept rows are tested here: Kuzu does not scan the facts for them"
+
+
+async def test_the_filter_tested_on_kept_rows_is_kuzus(engine):
+    """graphiti's filters of facts tested on the kept rows pass exactly the facts Kuzu's
+    WHERE passes: current facts, points in time, every comparison, several groups of them,
+    dates with other offsets and none (Kuzu binds an aware date by its wall time)."""
+    import random
+    from graphiti_core.search.search_filters import ComparisonOperator as Op, DateFilter, SearchFilters
+    await engine.ingest(BANK, turns(60) + [
+        Turn(id="move", user="I moved, I live in Lisbon now", assistant="Noted.", time=T0 + timedelta(days=30))])
+    bank = engine.banks[BANK]
+    await engine.search(BANK, "Where do I live?")
+    index = bank.graph_index
+    uuids = list(index.rows)
+    dates = sorted({d for r in index.rows.values() for d in (r[graph_index._RETURNED.index(k)] for k in graph_index._DATES)
+                    if d is not None})
+    assert len(uuids) > 30 and len(dates) > 20
+    rnd, filters = random.Random(7), [SearchFilters(), search_filter(None), search_filter(None, datetime.now(timezone.utc))]
+    for _ in range(60):
+        t = rnd.choice(dates).replace(tzinfo=timezone.utc) + timedelta(seconds=rnd.choice([-1, 0, 1]))
+        other = rnd.choice([t, t.replace(tzinfo=None), t.astimezone(timezone(timedelta(hours=-7)))])
+        filters += [search_filter(t), search_filter(None, t), SearchFilters(**{rnd.choice(graph_index._DATES): [
+            [DateFilter(date=None if op in (Op.is_null, Op.is_not_null) else other, comparison_operator=op)
+             for op in rnd.sample(list(Op), rnd.randint(1, 2))] for _ in range(rnd.randint(1, 2))]})]
+    passing = set()
+    for flt in filters:
+        where, params = graph_index._fact_filters(flt, ["another", bank.slug])
+        assert where.test is not None, flt
+        rows, _, _ = await bank.driver.execute_query(graph_index._ALONE + where + " RETURN e.uuid AS uuid",
+                                                     uuids=uuids, **params)
+        kuzu = {r["uuid"] for r in rows}
+        assert {u for u in uuids if where.test(index.rows[u])} == kuzu, flt
+        passing.add(len(kuzu))
+    assert len(passing) > 20, "the filters must pass different facts, or this proves little"
+    where, _ = graph_index._fact_filters(SearchFilters(edge_types=["LIVES_IN"]), [bank.slug])
+    assert where.test is None, "a filter with more than dates is Kuzu's to evaluate"
+
+
+async def test_facts_deleted_through_a_turn_are_not_kept(engine):
+    """A deletion that picks facts by something other than their uuid or an entity's (here
+    a turn's uuid) drops every kept row: no search returns a deleted fact."""
+    await engine.ingest(BANK, turns(60))
+    bank = engine.banks[BANK]
+    await engine.search(BANK, "Where do I live?")
+    assert bank.graph_index.rows
+    turn = (await bank.driver.execute_query("MATCH (e:RelatesToNode_) RETURN e.episodes[1] AS t LIMIT 1"))[0][0]["t"]
+    await bank.driver.execute_query(
+        "MATCH (t:Episodic {uuid: $uuid}) MATCH (e:RelatesToNode_) WHERE list_contains(e.episodes, t.uuid) "
+        "DETACH DELETE e", uuid=turn)
+    assert bank.graph_index.rows == {}
+    await assert_index_is_the_database(bank, kept_most=False)
+    await assert_same_as_scan(bank)
 
 
 async def test_a_failed_fact_search_fails_the_search_at_once(engine):
