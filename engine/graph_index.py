@@ -13,10 +13,12 @@ The search itself stays graphiti's (`search_` with our driver, whose `search_int
 answers the two cosine searches, runs the facts' fulltext search in two queries, reads the
 facts both fact searches found in one query, and hands everything else to graphiti's own
 queries), so the results are the same SearchResults: the index picks the best-scoring
-uuids, and graphiti's filters (expired, valid_at …) run in Kuzu on those few, in score
-order, until `limit` rows pass. The facts' rows as graphiti's MATCH returns them are kept
-here too (`rows`, dropped at each write that names the fact), since Kuzu 0.11.3 reads every
-returned column of every fact, and joins each with every entity, to return a few. An entry the database no longer has is skipped,
+uuids, and graphiti's filters (expired, valid_at …) run on those few, in score order, until
+`limit` rows pass. The facts' rows as graphiti's MATCH returns them are kept here too
+(`rows`, dropped at each write that names the fact), since Kuzu 0.11.3 reads every returned
+column of every fact, and joins each with every entity, to return a few; graphiti's date
+and group filters are tested on those rows as Kuzu evaluates them (`_row_test`), other
+filters and facts not kept are Kuzu's. An entry the database no longer has is skipped,
 never returned, so the answer is the scan's whatever the index holds extra. Neo4j keeps
 graphiti's path (its own vector indexes).
 """
