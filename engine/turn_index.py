@@ -502,9 +502,9 @@ class TurnIndex:
         moved = np.asarray(query_vector, dtype=np.float32) + PRF_WEIGHT * users[best].mean(axis=0)
         norm = float(np.linalg.norm(moved))
         cosine = users @ (moved / norm if norm > 0 else moved)
-        moved = [*signals[:2], cosine, *signals[3:]]     # only the cosine's share changes
-        shares[2:3] = self.shares(moved[2:3], live, weights[2:3])
-        return self.fuse(moved, live, weights, near, conversations, shares)
+        again = [*signals[:2], cosine, *signals[3:]]     # only the cosine's share changes
+        shares[2:3] = self.shares(again[2:3], live, weights[2:3])
+        return self.fuse(again, live, weights, near, conversations, shares)
 
     @staticmethod
     def spread(total: np.ndarray, conversations: np.ndarray, penalty: float) -> np.ndarray:

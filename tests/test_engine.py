@@ -713,6 +713,29 @@ async def test_the_rewritten_fact_similarity_query_returns_what_graphitis_return
     assert faster_query(bound) == bound, "a search bound to an entity is left as it is"
 
 
+async def test_turns_read_by_key_are_the_turns_read_by_a_scan(engine, monkeypatch):
+    """A search's turns are read by primary key when that is cheaper than Kuzu's scan: the
+    same rows either way, none for a turn the bank does not have; and a search gives the
+    same results by either way."""
+    from memoryplus.engine import bank_pool
+    await engine.ingest("keys", [turn(i, f"My friend number {i} lives in town {i}.", days=i) for i in range(12)])
+    await engine.search("keys", "Where does my friend live?")      # the turn index is built
+    bank = engine.banks["keys"]
+    ids = [r["uuid"] for r in await engine.pool.query(bank, "episodes_all", gid=bank.slug)][:7] + ["no-such-turn"]
+    ways: dict[bool, dict] = {}
+    found: dict[bool, list] = {}
+    for by_key in (True, False):
+        monkeypatch.setattr(bank_pool, "lookups_cheaper", lambda keys, rows, by_key=by_key: by_key)
+        read = []
+        real = bank.driver.execute_each
+        monkeypatch.setattr(bank.driver, "execute_each", lambda *a: read.append(a) or real(*a))
+        ways[by_key] = await engine.pool.episodes(bank, ids)
+        assert bool(read) == by_key
+        found[by_key] = [(r.id, r.text) for r in await engine.search("keys", "Where does friend number 3 live?")]
+    assert ways[True] == ways[False] and len(ways[True]) == 7 and "no-such-turn" not in ways[True]
+    assert found[True] == found[False] and found[True]
+
+
 async def test_a_search_half_that_fails_stops_the_other():
     """A search reads the graph and the turn index at once; when one fails, the other is
     cancelled, not left running against a bank that may be closing."""
