@@ -54,6 +54,7 @@ from memoryplus.engine.store import WRITE
 log = logging.getLogger("memoryplus.graph_index")
 
 _DELETE = re.compile(r"\b(DELETE|DETACH)\b", re.I)
+_FACT_TABLES = re.compile(r"RelatesToNode_|RELATES_TO")    # a query that touches facts
 FIRST_FETCH = 20            # candidates read from the database at first (doubling while short)
 
 _LOAD = {
@@ -225,8 +226,8 @@ class GraphIndex:
         # fact uuid -> its row as graphiti's MATCH returns it (_RETURNED, a tuple: ~0.8 KB a
         # fact), dropped at any write naming the fact or deleting one of its entities, read
         # again when needed. Kuzu reads every returned column of every fact before it keeps
-        # the few asked for, and joins each with every entity: here Kuzu's filters only pick
-        # the uuids that pass
+        # the few asked for, and joins each with every entity: here graphiti's date filters
+        # are tested on them (_row_test), and Kuzu's pick among the facts not kept
         self.rows: dict[str, tuple] = {}
         self._lock = asyncio.Lock()
 
@@ -251,7 +252,7 @@ class GraphIndex:
         named = _named_uuids(params)
         for u in named:
             self.rows.pop(u, None)
-        if not named and re.search(r"RelatesToNode_|RELATES_TO", text):
+        if not named and _FACT_TABLES.search(text):
             self.rows.clear()           # facts written, which ones not said: read again
         for kind, column in (("facts", "fact_embedding"), ("entities", "name_embedding")):
             if not re.search(rf"\.{column}\s*=", text):
@@ -263,7 +264,7 @@ class GraphIndex:
                 return
         if _DELETE.search(text):
             gone = _uuid_params(params)
-            if re.search(r"RelatesToNode_|RELATES_TO", text) and not _names_facts_or_entities(text):
+            if _FACT_TABLES.search(text) and not _names_facts_or_entities(text):
                 self.rows.clear()       # facts deleted by what else they hold: read again,
                 self.reconcile = True   # their vectors listed again
             for u in gone:

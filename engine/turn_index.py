@@ -302,6 +302,11 @@ class _Rows:
         self.used = kept
 
 
+def _live_at(live: np.ndarray):
+    """Where the live turns are: every slot (a view, no copy by mask) when all are live."""
+    return slice(None) if live.all() else live
+
+
 @dataclass
 class TurnIndex:
     dim: int
@@ -448,10 +453,10 @@ class TurnIndex:
     def shares(signals: list[np.ndarray], live: np.ndarray, weights) -> list[np.ndarray | None]:
         """Each signal standardised over the live turns and weighed (None: no spread), one
         value per live turn."""
-        every = bool(live.all())
+        at = _live_at(live)
         out: list[np.ndarray | None] = []
         for w, s in zip(weights, signals):
-            x = s if every else s[live]
+            x = s[at]
             sd = x.std() if len(x) else 0.0
             out.append(w * (x - x.mean()) / sd if sd > 0 else None)
         return out
@@ -463,26 +468,18 @@ class TurnIndex:
         """The signals standardised over the live turns and summed with `weights` (`shares`
         when given: computed already), plus DATE_WEIGHT × `near` and the conversation's share;
         -inf for turns that are not live or below the relevance floor."""
-        every = bool(live.all())    # then whole arrays: no copies by mask (same sums)
+        at = _live_at(live)
         total = np.zeros(len(live))
         for share in TurnIndex.shares(signals, live, weights) if shares is None else shares:
-            if share is None:
-                continue
-            if every:
-                total += share
-            else:
-                total[live] += share
+            if share is not None:
+                total[at] += share
         total += 1e-6 * signals[2]          # a bank of one turn has no spread: cosine decides
         if near is not None:
             total += DATE_WEIGHT * near
         if conversations is not None and live.any():
             best = np.full(int(conversations.max()) + 1, -np.inf)
-            if every:
-                np.maximum.at(best, conversations, total)
-                total += CONVERSATION_WEIGHT * best[conversations]
-            else:
-                np.maximum.at(best, conversations[live], total[live])
-                total[live] += CONVERSATION_WEIGHT * best[conversations[live]]
+            np.maximum.at(best, conversations[at], total[at])
+            total[at] += CONVERSATION_WEIGHT * best[conversations[at]]
         total[~(live & ((signals[0] > 0) | (signals[2] >= COSINE_FLOOR)))] = -np.inf
         return total
 
