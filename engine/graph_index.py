@@ -79,6 +79,13 @@ _GROUP_ID = _RETURNED.index("group_id")
 _ROWS = _JOINED + "WHERE e.group_id = $gid RETURN DISTINCT " + _RETURN
 _ROWS_BY_UUID = _JOINED + "WHERE e.uuid IN $uuids RETURN DISTINCT " + _RETURN
 _NODE_FILTER = re.compile(r"\b[nm]\s*[.:]")     # a filter on the facts' entities: joined only
+# graphiti's entity rows (node_similarity_search's RETURN), kept like the facts' rows
+_NODE_RETURN = get_entity_node_return_query(GraphProvider.KUZU)
+_NODE_RETURNED = tuple(re.findall(r"\bAS (\w+)", _NODE_RETURN))
+_NODE_LABELS = _NODE_RETURNED.index("labels")
+_NODE_GROUP_ID = _NODE_RETURNED.index("group_id")
+_NODE_ROWS = "MATCH (n:Entity) WHERE n.group_id = $gid RETURN " + _NODE_RETURN
+_LABELS_FILTER = "list_has_all(n.labels, $labels)"      # node_search_filter_query_constructor's
 _VECTORS = {
     "facts": "MATCH (e:RelatesToNode_) WHERE e.uuid IN $uuids RETURN e.uuid AS uuid, e.fact_embedding AS v",
     "entities": "MATCH (n:Entity) WHERE n.uuid IN $uuids RETURN n.uuid AS uuid, n.name_embedding AS v",
@@ -229,6 +236,11 @@ class GraphIndex:
         # the few asked for, and joins each with every entity: here graphiti's date filters
         # are tested on them (_row_test), and Kuzu's pick among the facts not kept
         self.rows: dict[str, tuple] = {}
+        # entity uuid -> its row as graphiti's entity search returns it (_NODE_RETURNED,
+        # labels as a tuple): Kuzu scans every entity to return the few asked (3.4 ms of
+        # its time at 20,000 turns). Dropped at any write that sets or deletes the entity,
+        # all of them at one that changes entities it picks otherwise (_entity_change)
+        self.entity_rows: dict[str, tuple] = {}
         self._lock = asyncio.Lock()
 
     # ── kept in step with the writes ───────────────────────────────────────────────────
@@ -262,6 +274,12 @@ class GraphIndex:
             if not isinstance(uuid, str) or key not in params or not sets[kind].put(uuid, params[key]):
                 self.sets = None        # a write of vectors in another form: reload
                 return
+        change = _entity_change(text)
+        if change == "any":
+            self.entity_rows.clear()
+        elif change == "named" and not self._keep_entity_written(text, params):
+            for u in named:
+                self.entity_rows.pop(u, None)
         if _DELETE.search(text):
             gone = _uuid_params(params)
             if _FACT_TABLES.search(text) and not _names_facts_or_entities(text):
@@ -275,6 +293,19 @@ class GraphIndex:
                 self.rows = {f: r for f, r in self.rows.items() if gone_set.isdisjoint(r[1:3])}
             else:
                 self.reconcile = True
+
+    def _keep_entity_written(self, query: str, params: dict) -> bool:
+        """Keep the row a write of one entity gives it, when every value it sets comes
+        from a parameter (graphiti's save, our summary): the next search after a chat turn
+        then reads no entity from Kuzu. False when the row is not known that way."""
+        uuid, values = params.get("uuid"), _entity_values(query, params)
+        row = self.entity_rows.get(uuid) if values is not None else None
+        if values is None or row is None and not set(_NODE_RETURNED[1:]) <= values.keys():
+            return False
+        record = dict(zip(_NODE_RETURNED, row)) if row is not None else {"uuid": uuid}
+        record |= {k: v for k, v in values.items() if k in _NODE_RETURNED}
+        self.entity_rows[uuid] = _entity_kept(record)
+        return True
 
     # ── building ───────────────────────────────────────────────────────────────────────
     async def ready(self) -> dict[str, VectorSet]:
@@ -302,6 +333,8 @@ class GraphIndex:
                         log.warning("%s %s: a vector of another size, left out", kind, r["uuid"])
                 sets[kind] = vs
             self.rows = await self._load_rows()
+            self.entity_rows = {r["uuid"]: _entity_kept(r)
+                                for r in await self._rows(_NODE_ROWS, gid=self.group_id)}
             self.sets = sets
             for query, params in self.loading:
                 self._apply(query, params)
@@ -371,15 +404,25 @@ class GraphIndex:
     async def nodes(self, vector, search_filter: SearchFilters, group_ids, limit: int,
                     min_score: float) -> list:
         ranked = (await self.ready())["entities"].ranked(vector, min_score)
-        filters, params = node_search_filter_query_constructor(search_filter, GraphProvider.KUZU)
-        if group_ids is not None:
-            filters.append("n.group_id IN $group_ids")
-            params["group_ids"] = group_ids
-        query = ("MATCH (n:Entity) WHERE n.uuid IN $uuids" +
-                 "".join(f" AND ({f})" for f in filters) +
-                 " RETURN " + get_entity_node_return_query(GraphProvider.KUZU))
-        rows = await self._in_order(ranked, query, params, limit)
+        query, params = _node_filters(search_filter, group_ids)
+        rows = await self._in_order(ranked, query, params, limit, read=self.node_rows)
         return [get_entity_node_from_record(r, GraphProvider.KUZU) for r in rows]
+
+    async def node_rows(self, query: str, uuids: list[str], **params) -> list[dict]:
+        """graphiti's entity rows of `uuids` that pass `query`'s filters: the kept ones
+        tested here when `query` carries the test (_Where), the others Kuzu's (then kept,
+        if nothing was written meanwhile)."""
+        await self.ready()                  # `entity_rows` in step with the writes
+        test, kept = getattr(query, "test", None), self.entity_rows
+        out = [_entity_record(kept[u]) for u in uuids if u in kept and test(kept[u])] if test else []
+        asked = [u for u in uuids if u not in kept] if test else uuids
+        if asked:
+            writes = self.driver.writes
+            read = await self._rows(query, uuids=asked, **params)
+            if test and self.driver.writes == writes and self.sets is not None:
+                kept |= {r["uuid"]: _entity_kept(r) for r in read}
+            out += read
+        return out
 
     def kept_ends(self, uuids) -> dict[str, Any]:
         """When the kept facts among `uuids` stopped being true (None: still true)."""
@@ -446,6 +489,77 @@ def _kept(row: dict) -> tuple:
     return tuple(row[k] for k in _RETURNED)
 
 
+def _entity_kept(row: dict) -> tuple:
+    """An entity's row as GraphIndex.entity_rows keeps it (labels as a tuple: graphiti
+    edits the list it is given)."""
+    return tuple(tuple(row[k]) if k == "labels" and row[k] is not None else row[k]
+                 for k in _NODE_RETURNED)
+
+
+def _entity_record(row: tuple) -> dict:
+    """A kept entity row as graphiti's query returns it."""
+    record = dict(zip(_NODE_RETURNED, row))
+    if record["labels"] is not None:
+        record["labels"] = list(record["labels"])
+    return record
+
+
+_SETS = re.compile(r"\b(?:SET|REMOVE)\b(.*?)(?=\b(?:RETURN|WITH|MATCH|OPTIONAL|MERGE|CREATE|UNWIND|"
+                   r"WHERE|DELETE|DETACH|ON|SET|REMOVE|CALL)\b|\}|$)", re.I | re.S)
+_DELETES = re.compile(r"\bDELETE\s+(\w+(?:\s*,\s*\w+)*)", re.I)
+
+
+def _entity_change(query: str) -> str:
+    """Which entity rows a write changes: "none", "named" (only entities it picks by the
+    uuids it names: `$uuid`, `$uuids` or an UNWIND row's `uuid`) or "any". A variable
+    set, removed from or deleted counts as an entity unless its pattern labels it else."""
+    written = {v for clause in _SETS.findall(query)        # each assignment's left-hand side
+               for v in re.findall(r"(?:^|,)\s*(\w+)\s*\.", clause)}
+    written |= {v.strip() for m in _DELETES.findall(query) for v in m.split(",")}
+    labels: dict[str, set[str]] = {}
+    for var, names in re.findall(r"\((\w+)\s*:\s*(\w+(?:\s*\|\s*\w+)*)", query):
+        labels.setdefault(var, set()).update(n.strip() for n in names.split("|"))
+    entities = [v for v in written if "Entity" in labels.get(v, {"Entity"})]
+    if not entities:
+        return "none"
+    rows = set(re.findall(r"\bUNWIND\s+\$\w+\s+AS\s+(\w+)", query, re.I))
+    key = r"(?:\$uuids?\b|(\w+)\.uuid\b)"
+
+    def picked(v: str) -> bool:
+        for pattern in (rf"\({v}\s*:[\w|\s]+\{{\s*uuid\s*:\s*{key}\s*\}}",
+                        rf"\b{v}\.uuid\s*(?:=\s*{key}|IN\s+\$uuids\b)"):
+            for m in re.finditer(pattern, query, re.I):
+                if m.group(1) is None or m.group(1) in rows:
+                    return True
+        return False
+    return "named" if all(picked(v) for v in entities) else "any"
+
+
+def _entity_values(query: str, params: dict) -> dict[str, Any] | None:
+    """The columns a write sets on the one entity it picks by `$uuid`, each from a
+    parameter, as Kuzu returns them (a date by its wall time, naive: Kuzu 0.11.3 binds it
+    so); None for any other write (a deletion, an expression, several entities)."""
+    if not isinstance(params.get("uuid"), str) or _DELETES.search(query) or re.search(r"\bREMOVE\b", query, re.I):
+        return None
+    values: dict[str, Any] = {}
+    for clause in _SETS.findall(query):
+        for var, column, value in re.findall(r"(?:^|,)\s*(\w+)\s*\.\s*(\w+)\s*=\s*([^,]*)", clause):
+            name = re.fullmatch(r"\s*\$(\w+)\s*", value)
+            if not name or name.group(1) not in params or not re.search(rf"\({var}\s*:\s*Entity\b", query) \
+                    or not re.search(rf"\({var}\s*:\s*Entity\s*\{{\s*uuid\s*:\s*\$uuid\s*\}}|"
+                                     rf"\b{var}\.uuid\s*=\s*\$uuid\b", query):
+                return None
+            v = params[name.group(1)]
+            if isinstance(v, datetime):
+                v = v.replace(tzinfo=None)
+            elif isinstance(v, list) and all(isinstance(x, str) for x in v):
+                v = list(v)
+            elif v is not None and not isinstance(v, (str, int, float)) and column in _NODE_RETURNED:
+                return None
+            values[column] = v
+    return values or None
+
+
 def _uuid_params(params: dict) -> list[str]:
     """The uuids a query names in `uuid` and `uuids`."""
     out = [params["uuid"]] if isinstance(params.get("uuid"), str) else []
@@ -471,8 +585,8 @@ def _named_uuids(params: dict) -> list[str]:
 
 
 class _Where(str):
-    """graphiti's WHERE for its MATCH of facts, carrying the same filter as a test of a kept
-    row (`test`), or None when only Kuzu can evaluate it."""
+    """graphiti's WHERE for its MATCH of facts (or its entity query), carrying the same
+    filter as a test of a kept row (`test`), or None when only Kuzu can evaluate it."""
     test: Callable[[tuple], bool] | None = None
 
 
@@ -486,6 +600,31 @@ def _fact_filters(search_filter: SearchFilters, group_ids) -> tuple[_Where, dict
     where = _Where("WHERE e.uuid IN $uuids" + "".join(f" AND ({f})" for f in filters))
     where.test = _row_test(search_filter, params, group_ids)
     return where, params
+
+
+def _node_filters(search_filter: SearchFilters, group_ids) -> tuple[_Where, dict]:
+    """graphiti's entity search query on the entities `$uuids`, carrying its filter as a
+    test of a kept row when it holds only groups and labels (list_has_all: every asked
+    label among the entity's; Kuzu 0.11.3 cannot bind an empty list: its error stays)."""
+    filters, params = node_search_filter_query_constructor(search_filter, GraphProvider.KUZU)
+    if group_ids is not None:
+        filters.append("n.group_id IN $group_ids")
+        params["group_ids"] = group_ids
+    query = _Where("MATCH (n:Entity) WHERE n.uuid IN $uuids" + "".join(f" AND ({f})" for f in filters) +
+                   " RETURN " + _NODE_RETURN)
+    labels = params.get("labels")
+    if set(filters) - {_LABELS_FILTER, "n.group_id IN $group_ids"} or not (
+            labels is None or isinstance(labels, list) and labels and all(isinstance(x, str) for x in labels)):
+        return query, params
+    groups_in = None if group_ids is None else frozenset(group_ids)
+    asked = frozenset(labels or ())
+
+    def test(row: tuple) -> bool:
+        if groups_in is not None and row[_NODE_GROUP_ID] not in groups_in:
+            return False
+        return labels is None or row[_NODE_LABELS] is not None and asked <= set(row[_NODE_LABELS])
+    query.test = test
+    return query, params
 
 
 _DATES = ("valid_at", "invalid_at", "created_at", "expired_at")

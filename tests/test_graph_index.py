@@ -39,7 +39,7 @@ async def assert_same_as_scan(bank, flt=None):
         theirs = await bank.graphiti.search_(q, config=cfg, group_ids=[bank.slug], search_filter=flt)
         ours = await graph_index.candidates(bank, q, cfg, flt)
         assert [e.model_dump() for e in ours.edges] == [e.model_dump() for e in theirs.edges], q
-        assert [n.uuid for n in ours.nodes] == [n.uuid for n in theirs.nodes], q
+        assert [n.model_dump() for n in ours.nodes] == [n.model_dump() for n in theirs.nodes], q
         assert [e.uuid for e in ours.episodes] == [e.uuid for e in theirs.episodes], q
         assert ours.edge_reranker_scores == pytest.approx(theirs.edge_reranker_scores), q
         compared += len(theirs.edges) + len(theirs.nodes)
@@ -64,6 +64,10 @@ async def assert_index_is_the_database(bank, kept_most: bool = True):
     assert set(kept) <= there & set(linked), "no row kept for a fact graphiti's MATCH no longer returns"
     assert [r for u, r in kept.items() if linked.get(u) != r] == [], "kept as graphiti's MATCH reads it"
     assert len(kept) > len(linked) / 2 or not kept_most, "most rows are kept, or this proves little"
+    entities, _, _ = await bank.driver.execute_query(graph_index._NODE_ROWS, gid=bank.slug)
+    db = {r["uuid"]: r for r in entities}
+    kept = {u: graph_index._entity_record(r) for u, r in bank.graph_index.entity_rows.items()}
+    assert [u for u, r in kept.items() if db.get(u) != r] == [], "entity rows kept as the database has them"
 
 
 async def test_the_index_returns_what_graphitis_scan_returns(engine):
@@ -222,6 +226,86 @@ async def test_the_filter_tested_on_kept_rows_is_kuzus(engine):
     assert len(passing) > 20, "the filters must pass different facts, or this proves little"
     where, _ = graph_index._fact_filters(SearchFilters(edge_types=["LIVES_IN"]), [bank.slug])
     assert where.test is None, "a filter with more than dates is Kuzu's to evaluate"
+
+
+async def test_entity_rows_are_kept_in_step_with_the_writes(engine):
+    """The entities' rows kept for graphiti's entity search are the database's after each
+    kind of write that changes an entity (graphiti's save, a summary, an expression, a
+    deletion by uuid, a change picked by name); a search then returns the entities graphiti's scan returns, field for field,
+    without Kuzu reading an entity it keeps."""
+    await engine.ingest(BANK, turns(60))
+    bank = engine.banks[BANK]
+    await engine.search(BANK, "Where do I live?")
+    index = bank.graph_index
+    entities, _, _ = await bank.driver.execute_query(graph_index._NODE_ROWS, gid=bank.slug)
+    assert len(entities) > 20 and set(index.entity_rows) == {r["uuid"] for r in entities}
+    read = []
+    execute = bank.driver.execute_query
+
+    async def counting(cypher, **params):
+        if "MATCH (n:Entity) WHERE n.uuid IN $uuids" in str(cypher):
+            read.append(params["uuids"])
+        return await execute(cypher, **params)
+    bank.driver.execute_query = counting
+    try:
+        await assert_same_as_scan(bank)
+        assert read == [], "kept entities are not read from Kuzu"
+        summary = graph_index._NODE_RETURNED.index("summary")
+        found = next(iter(index.entity_rows))
+        await engine.pool.query(bank, "set_summary", uuid=found, summary="A new summary")
+        assert index.entity_rows[found][summary] == "A new summary", "a summary written: kept as written"
+        await bank.driver.execute_query("MATCH (n:Entity) WHERE n.uuid = $uuid SET n.summary = n.summary + '!'",
+                                        uuid=found)
+        assert found not in index.entity_rows, "a value not known here: the row is read again"
+        await assert_same_as_scan(bank)
+        read.clear()
+        query, params = graph_index._node_filters(search_filter(None), [bank.slug])
+        rows = await index.node_rows(query, [found], **params)
+        assert [r["summary"] for r in rows] == ["A new summary!"] and read == [[found]], "read from Kuzu"
+        assert index.entity_rows[found][summary] == "A new summary!", "and kept again as read"
+        await engine.ingest(BANK, turns(20, 60))          # graphiti's saves (MERGE … SET)
+        await assert_index_is_the_database(bank)
+        entities, _, _ = await bank.driver.execute_query(graph_index._NODE_ROWS, gid=bank.slug)
+        assert len(index.entity_rows) > 0.8 * len(entities), "the entities saved are kept as saved"
+        await assert_same_as_scan(bank)
+        await bank.driver.execute_query("MATCH (n:Entity) WHERE n.name = $name SET n.summary = 'changed'",
+                                        name=entities[0]["name"])
+        assert index.entity_rows == {}, "an entity changed by its name: none is kept"
+        await assert_same_as_scan(bank)
+        await assert_index_is_the_database(bank, kept_most=False)
+        gone = next(iter(index.entity_rows))
+        await bank.driver.execute_query("MATCH (n:Entity) WHERE n.uuid IN $uuids DETACH DELETE n", uuids=[gone])
+        assert gone not in index.entity_rows
+        await assert_same_as_scan(bank)
+    finally:
+        bank.driver.execute_query = execute
+
+
+async def test_the_entity_filter_tested_on_kept_rows_is_kuzus(engine):
+    """graphiti's entity filter (its labels, every one asked among the entity's) tested on
+    the kept rows passes exactly the entities Kuzu's query passes."""
+    from graphiti_core.search.search_filters import SearchFilters
+    await engine.ingest(BANK, turns(60))
+    bank = engine.banks[BANK]
+    await engine.search(BANK, "Where do I live?")
+    index = bank.graph_index
+    uuids = list(index.entity_rows)
+    labels = sorted({x for r in index.entity_rows.values() for x in r[graph_index._NODE_LABELS]})
+    assert len(labels) >= 3
+    asked = [None, ["Entity"], labels, ["Nothing"], [labels[0], labels[0]]] + [[x] for x in labels] + \
+        [[x, "Entity"] for x in labels]
+    passing = set()
+    for groups in (None, [bank.slug], ["another"]):
+        for wanted in asked:
+            query, params = graph_index._node_filters(SearchFilters(node_labels=wanted), groups)
+            assert query.test is not None, wanted
+            rows, _, _ = await bank.driver.execute_query(query, uuids=uuids, **params)
+            kuzu = {r["uuid"] for r in rows}
+            assert {u for u in uuids if query.test(index.entity_rows[u])} == kuzu, (wanted, groups)
+            passing.add(len(kuzu))
+    assert len(passing) > 3, "the filters must pass different entities, or this proves little"
+    query, _ = graph_index._node_filters(SearchFilters(node_labels=[]), [bank.slug])
+    assert query.test is None, "no labels asked: Kuzu's binder error, as in graphiti's own search"
 
 
 async def test_facts_deleted_through_a_turn_are_not_kept(engine):
