@@ -1,4 +1,4 @@
-"""The bank's fact and entity vectors in memory, for graphiti's cosine search without a scan.
+"""A bank's fact and entity vectors, rows and words in memory: graphiti's searches, no scans.
 
 graphiti 0.31.2 scores every fact and entity embedding of a Kuzu bank on each search (its
 schema keeps them as FLOAT[], which Kuzu's HNSW index cannot take): the search grows with
@@ -10,17 +10,20 @@ CountingMixin hands each finished query to `observe`): graphiti's saves and ours
 not read here, reloads it on the next search.
 
 The search itself stays graphiti's (`search_` with our driver, whose `search_interface`
-answers the two cosine searches, runs the facts' fulltext search in two queries, reads the
-facts both fact searches found in one query, and hands everything else to graphiti's own
-queries), so the results are the same SearchResults: the index picks the best-scoring
-uuids, and graphiti's filters (expired, valid_at …) run on those few, in score order, until
-`limit` rows pass. The facts' rows as graphiti's MATCH returns them are kept here too
-(`rows`, dropped at each write that names the fact), since Kuzu 0.11.3 reads every returned
-column of every fact, and joins each with every entity, to return a few; graphiti's date
-and group filters are tested on those rows as Kuzu evaluates them (`_row_test`), other
-filters and facts not kept are Kuzu's. An entry the database no longer has is skipped,
+answers the two cosine searches and the two fulltext searches of facts and entities (their
+words kept here too: engine/word_index.py), reads the facts both fact searches found in one
+query, and hands everything else to graphiti's own queries), so the results are graphiti's
+SearchResults: the index picks the best-scoring uuids, and graphiti's filters (expired,
+valid_at …) run on those few, in score order, until `limit` rows pass. The fulltext hits
+are Kuzu's BM25 scores, except that every row is scored where Kuzu's own scan of a word
+held by 1,000 rows or more skips some (word_index.py). The facts' and entities' rows as
+graphiti's queries return them are kept here too (`rows`, `entity_rows`, dropped at each
+write that names them), since Kuzu 0.11.3 reads every returned column of every fact, and
+joins each with every entity, to return a few; graphiti's date, group and label filters
+are tested on those rows as Kuzu evaluates them (`_row_test`, `_node_filters`), other
+filters and rows not kept are Kuzu's. An entry the database no longer has is skipped,
 never returned, so the answer is the scan's whatever the index holds extra. Neo4j keeps
-graphiti's path (its own vector indexes).
+graphiti's path (its own vector and fulltext indexes).
 """
 from __future__ import annotations
 
@@ -50,6 +53,7 @@ from graphiti_core.search.search_filters import (
 from pydantic import PrivateAttr
 
 from memoryplus.engine.store import WRITE
+from memoryplus.engine.word_index import STEMS_QUERY, STOPWORDS_QUERY, WordIndex
 
 log = logging.getLogger("memoryplus.graph_index")
 
@@ -68,6 +72,12 @@ _UUIDS = {
 # graphiti's fulltext search of facts (get_relationships_query), its hits alone
 _FACT_WORDS = ("CALL QUERY_FTS_INDEX('RelatesToNode_', 'edge_name_and_fact', cast($query AS STRING), "
                "TOP := $limit) RETURN node.uuid AS uuid, score")
+# the texts Kuzu's two full-text indexes hold (every row of the database, all groups)
+_TEXTS = {"facts": "MATCH (x:RelatesToNode_) {} RETURN x.uuid AS uuid, x.name AS name, x.fact AS text",
+          "entities": "MATCH (x:Entity) {} RETURN x.uuid AS uuid, x.name AS name, x.summary AS text"}
+_ALL_UUIDS = {"facts": "MATCH (x:RelatesToNode_) RETURN x.uuid AS uuid",
+              "entities": "MATCH (x:Entity) RETURN x.uuid AS uuid"}
+_STOPWORDS: frozenset[str] | None = None        # Kuzu's, the same in every bank: read once
 # graphiti's MATCH of facts (joined with their two entities) and its rows, and the facts
 # alone, for Kuzu's filters (GraphIndex.fact_rows)
 _JOINED = "MATCH (n:Entity)-[:RELATES_TO]->(e:RelatesToNode_)-[:RELATES_TO]->(m:Entity) "
@@ -84,6 +94,7 @@ _NODE_RETURN = get_entity_node_return_query(GraphProvider.KUZU)
 _NODE_RETURNED = tuple(re.findall(r"\bAS (\w+)", _NODE_RETURN))
 _NODE_LABELS = _NODE_RETURNED.index("labels")
 _NODE_GROUP_ID = _NODE_RETURNED.index("group_id")
+_NODE_NAME, _NODE_SUMMARY = _NODE_RETURNED.index("name"), _NODE_RETURNED.index("summary")
 _NODE_ROWS = "MATCH (n:Entity) WHERE n.group_id = $gid RETURN " + _NODE_RETURN
 _LABELS_FILTER = "list_has_all(n.labels, $labels)"      # node_search_filter_query_constructor's
 _VECTORS = {
@@ -241,6 +252,12 @@ class GraphIndex:
         # its time at 20,000 turns). Dropped at any write that sets or deletes the entity,
         # all of them at one that changes entities it picks otherwise (_entity_change)
         self.entity_rows: dict[str, tuple] = {}
+        # the facts' and entities' words, for graphiti's fulltext searches (word_index.py);
+        # None: read again at the next search (a write of their texts not followed here)
+        self.words: dict[str, WordIndex | None] = {"facts": None, "entities": None}
+        self.unread: dict[str, set[str] | None] = {"facts": set(), "entities": set()}
+        # ^ texts to read again at the next search (None: list which rows are left first)
+        self.words_off = False          # Kuzu's stop words not readable: Kuzu's own search
         self._lock = asyncio.Lock()
 
     # ── kept in step with the writes ───────────────────────────────────────────────────
@@ -275,11 +292,24 @@ class GraphIndex:
                 self.sets = None        # a write of vectors in another form: reload
                 return
         change = _entity_change(text)
-        if change == "any":
+        if change == "any" or re.search(r"\bCOPY\b|:\s*Entity\s*\{[^}]*\b(?:name|summary)\s*:", text):
             self.entity_rows.clear()
-        elif change == "named" and not self._keep_entity_written(text, params):
+            self.words["entities"] = None
+        elif change == "named":
+            kept = self._keep_entity_written(text, params)
+            entities = self.words["entities"]
             for u in named:
-                self.entity_rows.pop(u, None)
+                if not kept:
+                    self.entity_rows.pop(u, None)
+                row = self.entity_rows.get(u)
+                if entities is None:
+                    pass
+                elif row is not None:
+                    entities.put(u, [row[_NODE_NAME], row[_NODE_SUMMARY]])
+                else:
+                    self._unread("entities", u)
+        if self.words["facts"] is not None and _FACT_TABLES.search(text):
+            self._follow_fact_texts(text, params)
         if _DELETE.search(text):
             gone = _uuid_params(params)
             if _FACT_TABLES.search(text) and not _names_facts_or_entities(text):
@@ -293,6 +323,27 @@ class GraphIndex:
                 self.rows = {f: r for f, r in self.rows.items() if gone_set.isdisjoint(r[1:3])}
             else:
                 self.reconcile = True
+
+    def _follow_fact_texts(self, query: str, params: dict) -> None:
+        """The word index after a write touching facts: a fact's name and fact set from
+        parameters (graphiti's save) indexed again; deleted facts dropped (the others
+        listed again at the next search); any other write of fact texts: all read again."""
+        facts = self.words["facts"]
+        assert facts is not None
+        if _DELETE.search(query):
+            for u in _uuid_params(params):
+                facts.remove(u)
+            self.unread["facts"] = None
+        written = _fact_texts(query, params)
+        if written is None:
+            self.words["facts"] = None
+        elif written:
+            facts.put(params["uuid"], written)
+
+    def _unread(self, kind: str, uuid: str) -> None:
+        unread = self.unread[kind]
+        if unread is not None:
+            unread.add(uuid)
 
     def _keep_entity_written(self, query: str, params: dict) -> bool:
         """Keep the row a write of one entity gives it, when every value it sets comes
@@ -315,6 +366,12 @@ class GraphIndex:
                 await self._load()
             elif self.reconcile:
                 await self._reconcile()
+            if not self.words_off:
+                for kind, words in self.words.items():
+                    if words is None or self.unread[kind] != set():
+                        await self._load_words(kind)
+                    elif words.waiting:
+                        await self._stem(words)
             assert self.sets is not None
             return self.sets
 
@@ -335,11 +392,63 @@ class GraphIndex:
             self.rows = await self._load_rows()
             self.entity_rows = {r["uuid"]: _entity_kept(r)
                                 for r in await self._rows(_NODE_ROWS, gid=self.group_id)}
+            for kind in self.words:
+                self.words[kind] = None
+                if not self.words_off:
+                    await self._load_words(kind)
             self.sets = sets
             for query, params in self.loading:
                 self._apply(query, params)
         finally:
             self.loading = None
+
+    async def _load_words(self, kind: str) -> None:
+        """The word index of facts or entities: built, or brought up to date (the texts
+        asked again read; after deletions, the rows no longer there dropped and those not
+        held read), while nothing is written meanwhile (else built again: three tries, then
+        Kuzu answers until the next search). Left None if Kuzu's stop words cannot be read:
+        Kuzu's own search then answers."""
+        global _STOPWORDS
+        if _STOPWORDS is None:
+            await self._rows("CALL enable_internal_catalog=true")
+            try:
+                _STOPWORDS = frozenset(r["word"] for r in await self._rows(STOPWORDS_QUERY))
+            except Exception as e:      # a database without Kuzu's full-text extension
+                log.warning("Kuzu's stop words cannot be read (%s): Kuzu searches the words", e)
+                self.words_off = True
+                return
+            finally:
+                await self._rows("CALL enable_internal_catalog=false")
+        for _ in range(3):
+            writes, words, unread = self.driver.writes, self.words[kind], self.unread[kind]
+            self.unread[kind] = set()
+            if words is None:
+                words = WordIndex(_STOPWORDS)
+                texts = await self._rows(_TEXTS[kind].format(""))
+            else:
+                asked = set(unread or ())
+                if unread is None:
+                    there = {r["uuid"] for r in await self._rows(_ALL_UUIDS[kind])}
+                    for u in [u for u in words.slot if u in words and u not in there]:
+                        words.remove(u)
+                    asked |= {u for u in there if u not in words}
+                texts = await self._rows(_TEXTS[kind].format("WHERE x.uuid IN $uuids"),
+                                         uuids=list(asked)) if asked else []
+                for u in asked - {r["uuid"] for r in texts}:
+                    words.remove(u)
+            for r in texts:
+                words.put(r["uuid"], [r["name"], r["text"]])
+            await self._stem(words)
+            if self.driver.writes == writes:
+                self.words[kind] = words
+                return
+            self.words[kind] = None
+
+    async def _stem(self, words: WordIndex) -> None:
+        """Kuzu's stems of the words waiting for one."""
+        unknown = words.unknown()
+        stems = await self._rows(STEMS_QUERY, words=unknown) if unknown else []
+        words.stemmed({r["word"]: r["stem"] for r in stems})
 
     async def _load_rows(self) -> dict[str, tuple]:
         ids: dict[str, str] = {}    # one string per entity uuid, shared by its facts' rows
@@ -391,6 +500,9 @@ class GraphIndex:
             words = search_utils.fulltext_query(query, group_ids, self.driver)
             hits = []
             if words:
+                await self.ready()
+                hits = await self._word_hits("facts", words, limit)
+            if hits is None:
                 hits, _, _ = await self.driver.execute_query(_FACT_WORDS, query=words, limit=limit)
             where, params = _fact_filters(search_filter, group_ids)
         except BaseException:
@@ -400,6 +512,34 @@ class GraphIndex:
         ranked = [r["uuid"] for r in sorted(hits or [], key=lambda r: -r["score"])]
         rows = await self._in_order(ranked, where, params, limit, shared, self.fact_rows)
         return [get_entity_edge_from_record(r, GraphProvider.KUZU) for r in rows]
+
+    async def _word_hits(self, kind: str, query: str, limit: int) -> list[dict] | None:
+        """The word index's best `limit` facts or entities for `query` (uuid, score), or
+        None when Kuzu must answer (no index, a wildcard)."""
+        index = self.words[kind]
+        asked = index.query_words(query) if index is not None else None
+        if index is None or asked is None:
+            return None
+        unknown = [w for w in asked if w not in index.stems]
+        if unknown:
+            index.stems |= {r["word"]: r["stem"] for r in await self._rows(STEMS_QUERY, words=unknown)}
+        return [{"uuid": u, "score": x} for u, x in index.top([index.stems.get(w, w) for w in asked], limit)]
+
+    async def nodes_by_words(self, query: str, search_filter: SearchFilters, group_ids,
+                             limit: int) -> list | None:
+        """graphiti's fulltext search of entities, its hits from the word index and its
+        rows from the kept ones (None when Kuzu must answer: no index, a wildcard). Same
+        hits and filters (the best `limit` words first, filtered after)."""
+        words = search_utils.fulltext_query(query, group_ids, self.driver)
+        if not words:
+            return []
+        await self.ready()
+        hits = await self._word_hits("entities", words, limit)
+        if hits is None:
+            return None
+        where, params = _node_filters(search_filter, group_ids)
+        rows = await self._in_order([h["uuid"] for h in hits], where, params, limit, read=self.node_rows)
+        return [get_entity_node_from_record(r, GraphProvider.KUZU) for r in rows]
 
     async def nodes(self, vector, search_filter: SearchFilters, group_ids, limit: int,
                     min_score: float) -> list:
@@ -533,6 +673,32 @@ def _entity_change(query: str) -> str:
                     return True
         return False
     return "named" if all(picked(v) for v in entities) else "any"
+
+
+def _fact_texts(query: str, params: dict) -> list | None:
+    """The texts a write gives a fact: [name, fact] when it sets both, from parameters, on
+    the one fact it picks by `$uuid` (graphiti's save); [] when it sets neither on any fact;
+    None when it writes them otherwise (then every fact's texts are read again)."""
+    labels = dict(re.findall(r"\((\w+)\s*:\s*(\w+)", query))
+    if re.search(r"\bCOPY\b", query, re.I) or re.search(
+            r":\s*RelatesToNode_\s*\{[^}]*\b(?:name|fact)\s*:", query):
+        return None
+    texts: dict[str, Any] = {}
+    for clause in _SETS.findall(query):
+        for var, column, value in re.findall(r"(?:^|,)\s*(\w+)\s*\.\s*(\w+)\s*=\s*([^,]*)", clause):
+            if column not in ("name", "fact") or labels.get(var, "RelatesToNode_") != "RelatesToNode_":
+                continue
+            name = re.fullmatch(r"\s*\$(\w+)\s*", value)
+            if not name or not re.search(rf"\({var}\s*:\s*RelatesToNode_\s*\{{\s*uuid\s*:\s*\$uuid\s*\}}|"
+                                         rf"\b{var}\.uuid\s*=\s*\$uuid\b", query):
+                return None
+            texts[column] = params.get(name.group(1))
+    if not texts:
+        return []
+    if set(texts) != {"name", "fact"} or not isinstance(params.get("uuid"), str) or not all(
+            v is None or isinstance(v, str) for v in texts.values()):
+        return None
+    return [texts["name"], texts["fact"]]
 
 
 def _entity_values(query: str, params: dict) -> dict[str, Any] | None:
@@ -681,9 +847,9 @@ def _row_test(search_filter: SearchFilters, params: dict, group_ids) -> Callable
 
 
 class _Interface(SearchInterface):
-    """graphiti's search seam: the cosine searches from the index, the facts' fulltext search
-    in two queries, the rest graphiti's own (called with the bank's driver, which has no
-    search interface)."""
+    """graphiti's search seam: the cosine and fulltext searches of facts and entities from
+    the index, the rest graphiti's own (called with the bank's driver, which has no search
+    interface)."""
     _index: GraphIndex = PrivateAttr()
 
     def __init__(self, index: GraphIndex):
@@ -694,7 +860,10 @@ class _Interface(SearchInterface):
         return await self._index.edges_by_words(query, search_filter, group_ids, limit)
 
     async def node_fulltext_search(self, driver, query, search_filter, group_ids=None, limit=100):
-        return await search_utils.node_fulltext_search(driver.inner, query, search_filter, group_ids, limit)
+        found = await self._index.nodes_by_words(query, search_filter, group_ids, limit)
+        if found is None:
+            return await search_utils.node_fulltext_search(driver.inner, query, search_filter, group_ids, limit)
+        return found
 
     async def episode_fulltext_search(self, driver, query, search_filter, group_ids=None, limit=100):
         return await search_utils.episode_fulltext_search(driver.inner, query, search_filter, group_ids, limit)

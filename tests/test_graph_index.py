@@ -12,6 +12,7 @@ import pytest
 from memoryplus.cli.bench import load_data
 from memoryplus.engine import graph_index
 from memoryplus.engine.search_ops import clean_query, search_config, search_filter
+from memoryplus.engine.word_index import WordIndex
 from memoryplus.wire.records import Turn
 
 T0 = datetime(2025, 1, 1, 12, tzinfo=timezone.utc)
@@ -68,6 +69,27 @@ async def assert_index_is_the_database(bank, kept_most: bool = True):
     db = {r["uuid"]: r for r in entities}
     kept = {u: graph_index._entity_record(r) for u, r in bank.graph_index.entity_rows.items()}
     assert [u for u, r in kept.items() if db.get(u) != r] == [], "entity rows kept as the database has them"
+    for kind in ("facts", "entities"):
+        assert postings(bank.graph_index.words[kind]) == postings(await fresh_words(bank, kind)), \
+            f"the word index holds every one of the {kind}' words as a new one built from the database"
+
+
+async def fresh_words(bank, kind: str) -> WordIndex:
+    """A word index built from the bank's facts or entities now (its stems asked of Kuzu)."""
+    index = bank.graph_index
+    words = WordIndex(index.words["facts"].stopwords)
+    for r in (await bank.driver.execute_query(graph_index._TEXTS[kind].format("")))[0]:
+        words.put(r["uuid"], [r["name"], r["text"]])
+    await index._stem(words)
+    return words
+
+
+def postings(words: WordIndex) -> dict[str, set]:
+    """Per stem, the facts holding it and how often (what BM25 reads), and each fact's length."""
+    out = {st: {(words.uuids[s], n) for s, n in zip(words.slots[t], words.tfs[t])}
+           for st, t in words.term.items() if words.slots[t]}
+    out[""] = {(u, words.lens[s]) for u, s in words.slot.items() if u in words}
+    return out
 
 
 async def test_the_index_returns_what_graphitis_scan_returns(engine):
@@ -308,6 +330,71 @@ async def test_the_entity_filter_tested_on_kept_rows_is_kuzus(engine):
     assert query.test is None, "no labels asked: Kuzu's binder error, as in graphiti's own search"
 
 
+async def test_the_word_index_scores_as_kuzus_full_text_index(engine):
+    """On a bank below Kuzu's dense-scan size (1,000 rows reached), the word indexes find
+    the facts and entities Kuzu's full-text search finds, with the same scores, for
+    questions and for every word they hold; after facts are rewritten and some deleted, too."""
+    await engine.ingest(BANK, turns(80))
+    bank = engine.banks[BANK]
+    await engine.search(BANK, "Where do I live?")
+    index = bank.graph_index
+    kuzu_query = {"facts": graph_index._FACT_WORDS,
+                  "entities": "CALL QUERY_FTS_INDEX('Entity', 'node_name_and_summary', cast($query AS STRING), "
+                              "TOP := $limit) RETURN node.uuid AS uuid, score"}
+
+    async def compare(kind, queries) -> int:
+        found = 0
+        for q in queries:
+            kuzu, _, _ = await bank.driver.execute_query(kuzu_query[kind], query=q, limit=10)
+            ours = await index._word_hits(kind, q, 10)
+            assert sorted(r["score"] for r in ours) == pytest.approx(sorted(r["score"] for r in kuzu), rel=1e-9), q
+            cut = min((r["score"] for r in kuzu), default=0)        # ties at the cut: either may be kept
+            assert {r["uuid"] for r in ours if r["score"] > cut * (1 + 1e-9)} == \
+                {r["uuid"] for r in kuzu if r["score"] > cut * (1 + 1e-9)}, q
+            found += len(kuzu)
+        return found
+    questions = [clean_query(q) for q, _ in load_data(80)[1][:60]] + [clean_query(q) for q in QUERIES] + \
+        ["", "the", "User's 2024"]
+    for kind in ("facts", "entities"):
+        rows = (await bank.driver.execute_query(graph_index._TEXTS[kind].format("")))[0]
+        vocabulary = sorted({w for r in rows for w in f"{r['name']} {r['text'] or ''}".split()})
+        assert await compare(kind, questions + vocabulary[::3]) > 400, kind
+    facts = (await bank.driver.execute_query(graph_index._TEXTS["facts"].format("")))[0]
+    for r in facts[:15]:            # graphiti's save rewrites a fact's texts (its name here)
+        await bank.driver.execute_query("MATCH (e:RelatesToNode_ {uuid: $uuid}) SET e.name = $name, e.fact = $fact",
+                                        uuid=r["uuid"], name="MOVED_TO", fact=r["text"] + " again")
+    await engine.forget(BANK, ids=[t.id for t in turns(5)])
+    await engine.search(BANK, "Where do I live?")
+    assert await compare("facts", questions + ["moved again"]) > 300
+    assert await compare("entities", questions) > 100
+    await assert_index_is_the_database(bank, kept_most=False)
+
+
+async def test_the_word_index_follows_every_write_of_fact_texts(engine):
+    """A fact's texts written in a way the index cannot follow (an expression, several
+    facts at once) make it read every fact's texts again; a rollback too."""
+    await engine.ingest(BANK, turns(40))
+    bank = engine.banks[BANK]
+    await engine.search(BANK, "Where do I live?")
+    index = bank.graph_index
+    await bank.driver.execute_query("MATCH (e:RelatesToNode_) WHERE e.uuid IN $uuids SET e.fact = e.fact + ' zebracorn'",
+                                    uuids=list(index.words["facts"].slot)[:3])
+    assert index.words["facts"] is None, "texts written by an expression: read again"
+    await engine.search(BANK, "zebracorn")
+    await assert_index_is_the_database(bank, kept_most=False)
+    assert len(await index._word_hits("facts", "zebracorn", 10)) == 3, "the new word is found"
+    before = postings(index.words["facts"])
+    with pytest.raises(RuntimeError, match="abandon"):
+        async with engine.pool.all_or_nothing(bank):
+            u = next(iter(index.words["facts"].slot))
+            await bank.driver.execute_query("MATCH (e:RelatesToNode_ {uuid: $uuid}) SET e.name = $name, e.fact = $fact",
+                                            uuid=u, name="X", fact="rolled back")
+            raise RuntimeError("abandon")
+    await engine.search(BANK, "Where do I live?")
+    assert postings(index.words["facts"]) == before
+    await assert_index_is_the_database(bank, kept_most=False)
+
+
 async def test_facts_deleted_through_a_turn_are_not_kept(engine):
     """A deletion that picks facts by something other than their uuid or an entity's (here
     a turn's uuid) drops every kept row: no search returns a deleted fact."""
@@ -330,10 +417,11 @@ async def test_a_failed_fact_search_fails_the_search_at_once(engine):
     and a later search works."""
     await engine.ingest(BANK, turns(30))
     bank = engine.banks[BANK]
+    await engine.search(BANK, "my sister")      # the word index is built; a new word needs Kuzu
     original = bank.driver.execute_query
 
     async def failing(cypher, /, **params):
-        if "QUERY_FTS_INDEX('RelatesToNode_'" in cypher:
+        if "QUERY_FTS_INDEX('RelatesToNode_'" in cypher or "stem(w, 'english')" in cypher:
             raise RuntimeError("full-text index unavailable")
         return await original(cypher, **params)
     bank.driver.execute_query = failing
