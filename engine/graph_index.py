@@ -299,7 +299,7 @@ class GraphIndex:
             kept = self._keep_entity_written(text, params)
             entities = self.words["entities"]
             for u in named:
-                if not kept:
+                if u not in kept:
                     self.entity_rows.pop(u, None)
                 row = self.entity_rows.get(u)
                 if entities is None:
@@ -345,18 +345,21 @@ class GraphIndex:
         if unread is not None:
             unread.add(uuid)
 
-    def _keep_entity_written(self, query: str, params: dict) -> bool:
-        """Keep the row a write of one entity gives it, when every value it sets comes
-        from a parameter (graphiti's save, our summary): the next search after a chat turn
-        then reads no entity from Kuzu. False when the row is not known that way."""
-        uuid, values = params.get("uuid"), _entity_values(query, params)
-        row = self.entity_rows.get(uuid) if values is not None else None
-        if values is None or row is None and not set(_NODE_RETURNED[1:]) <= values.keys():
-            return False
-        record = dict(zip(_NODE_RETURNED, row)) if row is not None else {"uuid": uuid}
-        record |= {k: v for k, v in values.items() if k in _NODE_RETURNED}
-        self.entity_rows[uuid] = _entity_kept(record)
-        return True
+    def _keep_entity_written(self, query: str, params: dict) -> set[str]:
+        """Keep the rows a write of entities gives them, when every value it sets comes from
+        a parameter or the entity's UNWIND row (graphiti's save, our summaries): the next
+        search after a chat turn then reads no entity from Kuzu. The uuids kept so (an
+        entity not kept before needs every column)."""
+        kept = set()
+        for uuid, values in (_entity_values(query, params) or {}).items():
+            row = self.entity_rows.get(uuid)
+            if row is None and not set(_NODE_RETURNED[1:]) <= values.keys():
+                continue
+            record = dict(zip(_NODE_RETURNED, row)) if row is not None else {"uuid": uuid}
+            record |= {k: v for k, v in values.items() if k in _NODE_RETURNED}
+            self.entity_rows[uuid] = _entity_kept(record)
+            kept.add(uuid)
+        return kept
 
     # ── building ───────────────────────────────────────────────────────────────────────
     async def ready(self) -> dict[str, VectorSet]:
@@ -701,29 +704,60 @@ def _fact_texts(query: str, params: dict) -> list | None:
     return [texts["name"], texts["fact"]]
 
 
-def _entity_values(query: str, params: dict) -> dict[str, Any] | None:
-    """The columns a write sets on the one entity it picks by `$uuid`, each from a
-    parameter, as Kuzu returns them (a date by its wall time, naive: Kuzu 0.11.3 binds it
-    so); None for any other write (a deletion, an expression, several entities)."""
-    if not isinstance(params.get("uuid"), str) or _DELETES.search(query) or re.search(r"\bREMOVE\b", query, re.I):
+def _entity_values(query: str, params: dict) -> dict[str, dict[str, Any]] | None:
+    """Per entity, the columns a write sets on it, as Kuzu returns them (a date by its wall
+    time, naive: Kuzu 0.11.3 binds it so), when it picks entities by `$uuid` and sets each
+    value from a parameter (graphiti's save, our summary), or by an UNWIND row's `uuid` and
+    sets each from that row (our summaries of a turn); None for any other write (a
+    deletion, an expression, entities picked otherwise)."""
+    if _DELETES.search(query) or re.search(r"\bREMOVE\b", query, re.I):
         return None
-    values: dict[str, Any] = {}
+    unwind = dict((alias, rows) for rows, alias in re.findall(r"\bUNWIND\s+\$(\w+)\s+AS\s+(\w+)", query, re.I))
+    per_row: dict[str, str] = {}    # column -> field of the UNWIND row
+    single: dict[str, Any] = {}     # column -> parameter's value
+    alias = None                    # the UNWIND row naming the entity
     for clause in _SETS.findall(query):
         for var, column, value in re.findall(r"(?:^|,)\s*(\w+)\s*\.\s*(\w+)\s*=\s*([^,]*)", clause):
-            name = re.fullmatch(r"\s*\$(\w+)\s*", value)
-            if not name or name.group(1) not in params or not re.search(rf"\({var}\s*:\s*Entity\b", query) \
-                    or not re.search(rf"\({var}\s*:\s*Entity\s*\{{\s*uuid\s*:\s*\$uuid\s*\}}|"
-                                     rf"\b{var}\.uuid\s*=\s*\$uuid\b", query):
+            if not re.search(rf"\({var}\s*:\s*Entity\b", query):
                 return None
-            v = params[name.group(1)]
+            by = re.search(rf"\({var}\s*:\s*Entity\s*\{{\s*uuid\s*:\s*(\$uuid|\w+\.uuid)\s*\}}|"
+                           rf"\b{var}\.uuid\s*=\s*(\$uuid|\w+\.uuid)\b", query)
+            key = by and (by.group(1) or by.group(2))
+            source = re.fullmatch(r"\s*(\$\w+|\w+\.\w+)\s*", value)
+            if not key or not source:
+                return None
+            source = source.group(1)
+            if key == "$uuid" and source.startswith("$") and source[1:] in params:
+                single[column] = params[source[1:]]
+            elif key != "$uuid" and key.split(".")[0] in unwind and source.split(".")[0] == key.split(".")[0] \
+                    and alias in (None, key.split(".")[0]):
+                alias = key.split(".")[0]
+                per_row[column] = source.split(".")[1]
+            else:
+                return None
+    if single and per_row or not (single or per_row):
+        return None
+    if single:
+        found = {params.get("uuid"): single}
+    else:
+        rows = params.get(unwind[alias])
+        if not isinstance(rows, list) or not all(isinstance(r, dict) and all(f in r for f in per_row.values())
+                                                 for r in rows):
+            return None
+        found = {r.get("uuid"): {c: r[f] for c, f in per_row.items()} for r in rows}
+    out = {}
+    for uuid, values in found.items():
+        if not isinstance(uuid, str):
+            return None
+        for column, v in values.items():
             if isinstance(v, datetime):
-                v = v.replace(tzinfo=None)
+                values[column] = v.replace(tzinfo=None)
             elif isinstance(v, list) and all(isinstance(x, str) for x in v):
-                v = list(v)
+                values[column] = list(v)
             elif v is not None and not isinstance(v, (str, int, float)) and column in _NODE_RETURNED:
                 return None
-            values[column] = v
-    return values or None
+        out[uuid] = values
+    return out
 
 
 def _uuid_params(params: dict) -> list[str]:

@@ -1,23 +1,25 @@
-"""BM25 over a bank's facts in memory, scored as Kuzu's full-text index scores them.
+"""BM25 over a bank's facts (or entities) in memory, scored as Kuzu's full-text index does.
 
-graphiti's fulltext search of facts is Kuzu 0.11.3's `QUERY_FTS_INDEX` on
-`RelatesToNode_.edge_name_and_fact`: 7 ms of Kuzu's time a search at 20,000 turns, growing
-with the bank, and wrong once a query term reaches 1,000 facts or more (Kuzu's dense scan
-skips live documents stored after deleted ones, and graphiti's saves delete and re-add a
-fact's document: 47% of the facts the dense bench questions reach were never scored; see
-docs/PERFORMANCE.md). Here every fact is scored, by the same rules:
+graphiti's fulltext searches are Kuzu 0.11.3's `QUERY_FTS_INDEX` on
+`RelatesToNode_.edge_name_and_fact` and `Entity.node_name_and_summary`: 7 and 3 ms of
+Kuzu's time a search at 20,000 turns, growing with the bank, and wrong once a query word is
+held by 1,000 rows or more (Kuzu's dense scan skips live documents stored after deleted
+ones, and graphiti's saves delete and re-add a row's document: 47% of the facts the dense
+bench questions reach were never scored; see docs/PERFORMANCE.md). Here every row is
+scored, by the same rules:
 
-- a document is its `name` and `fact`, each on its own: every run of digits and ASCII
-  punctuation becomes a space (Kuzu's default ignore pattern), lower-cased, split on
+- a document is a row's two texts (`name` and `fact`, or `name` and `summary`), each on its
+  own: every run of digits and ASCII punctuation becomes a space (Kuzu's default ignore
+  pattern), lower-cased (Python's `lower`, Kuzu's on all but 44 rare code points), split on
   spaces, Kuzu's own stop words dropped (its `default_english_stopwords` table), each word
   stemmed by Kuzu's own `stem(word, 'english')` (asked in batches, remembered); its length
   is its number of terms;
 - a query is normalised the same way, its stop words kept, each distinct stem counted once;
 - score = Σ log10((N − df + 0.5) / (df + 0.5) + 1) · tf (k + 1) / (tf + k (1 − b + b · len / avglen)),
-  k 1.2, b 0.75, N and avglen over every fact of the database (Kuzu's index holds them all).
+  k 1.2, b 0.75, N and avglen over every row of the table (Kuzu's index holds them all).
 
 Kuzu keeps its average length as a running mean, so scores agree to the last few bits, not
-bit for bit; equal scores are taken in the order the facts were first stored, best first.
+bit for bit; equal scores are taken in the order the rows were first indexed.
 """
 from __future__ import annotations
 
@@ -41,19 +43,19 @@ def words(text: str | None, pattern: re.Pattern = _IGNORE) -> list[str]:
 
 
 class WordIndex:
-    """The facts' terms: uuid → slot; per term, the slots holding it and how often."""
+    """The rows' terms: uuid → slot; per term, the slots holding it and how often."""
 
     def __init__(self, stopwords: frozenset[str]):
         self.stopwords = stopwords
         self.stems: dict[str, str] = {}     # word -> Kuzu's stem
-        self.slot: dict[str, int] = {}      # uuid -> slot (kept when the fact is rewritten)
+        self.slot: dict[str, int] = {}      # uuid -> slot (kept when the row is rewritten)
         self.uuids: list[str] = []
         self.lens = array("d")              # per slot: its length (0 when removed)
         self.doc: list[tuple[int, ...] | None] = []     # per slot: its distinct term ids
         self.term: dict[str, int] = {}
         self.slots: list[array] = []        # per term: the live slots holding it
         self.tfs: list[array] = []          # and how often
-        self.total = 0.0                    # the live facts' lengths
+        self.total = 0.0                    # the live rows' lengths
         self.live = 0
         self.waiting: dict[str, list[list[str]]] = {}   # uuid -> its texts' words, until stemmed
 
@@ -66,7 +68,7 @@ class WordIndex:
 
     # ── documents ──────────────────────────────────────────────────────────────────────
     def put(self, uuid: str, texts: list[str | None]) -> None:
-        """Index a fact's texts (name, fact): at once if every word's stem is known, else
+        """Index a row's two texts: at once if every word's stem is known, else
         once `stemmed` has them (see `unknown`)."""
         split = [[w for w in words(t) if w not in self.stopwords] for t in texts]
         self.remove(uuid)
@@ -81,8 +83,8 @@ class WordIndex:
                      if w not in self.stems})
 
     def stemmed(self, stems: dict[str, str]) -> None:
-        """Kuzu's stems of `unknown()`: the waiting facts whose stems are all known now
-        are indexed (a fact put meanwhile may still wait)."""
+        """Kuzu's stems of `unknown()`: the waiting rows whose stems are all known now
+        are indexed (a row put meanwhile may still wait)."""
         self.stems |= stems
         for uuid, split in list(self.waiting.items()):
             if all(w in self.stems for ws in split for w in ws):
@@ -137,7 +139,7 @@ class WordIndex:
         return list(dict.fromkeys(ws))
 
     def top(self, stems: list[str], limit: int) -> list[tuple[str, float]]:
-        """The best `limit` facts for a query's stems, best first, equal scores in slot
+        """The best `limit` rows for a query's stems, best first, equal scores in slot
         order: (uuid, score)."""
         n = self.live
         if n == 0 or limit <= 0:
