@@ -302,11 +302,9 @@ class GraphIndex:
                 if u not in kept:
                     self.entity_rows.pop(u, None)
                 row = self.entity_rows.get(u)
-                if entities is None:
-                    pass
-                elif row is not None:
+                if entities is not None and row is not None:
                     entities.put(u, [row[_NODE_NAME], row[_NODE_SUMMARY]])
-                else:
+                elif entities is not None:
                     self._unread("entities", u)
         if self.words["facts"] is not None and _FACT_TABLES.search(text):
             self._follow_fact_texts(text, params)
@@ -650,6 +648,12 @@ def _entity_record(row: tuple) -> dict:
 _SETS = re.compile(r"\b(?:SET|REMOVE)\b(.*?)(?=\b(?:RETURN|WITH|MATCH|OPTIONAL|MERGE|CREATE|UNWIND|"
                    r"WHERE|DELETE|DETACH|ON|SET|REMOVE|CALL)\b|\}|$)", re.I | re.S)
 _DELETES = re.compile(r"\bDELETE\s+(\w+(?:\s*,\s*\w+)*)", re.I)
+_ASSIGNMENT = re.compile(r"(?:^|,)\s*(\w+)\s*\.\s*(\w+)\s*=\s*([^,]*)")
+
+
+def _assignments(query: str) -> list[tuple[str, str, str]]:
+    """A write's `var.column = value` assignments, in its SET clauses."""
+    return [a for clause in _SETS.findall(query) for a in _ASSIGNMENT.findall(clause)]
 
 
 def _entity_change(query: str) -> str:
@@ -687,15 +691,14 @@ def _fact_texts(query: str, params: dict) -> list | None:
             r":\s*RelatesToNode_\s*\{[^}]*\b(?:name|fact)\s*:", query):
         return None
     texts: dict[str, Any] = {}
-    for clause in _SETS.findall(query):
-        for var, column, value in re.findall(r"(?:^|,)\s*(\w+)\s*\.\s*(\w+)\s*=\s*([^,]*)", clause):
-            if column not in ("name", "fact") or labels.get(var, "RelatesToNode_") != "RelatesToNode_":
-                continue
-            name = re.fullmatch(r"\s*\$(\w+)\s*", value)
-            if not name or not re.search(rf"\({var}\s*:\s*RelatesToNode_\s*\{{\s*uuid\s*:\s*\$uuid\s*\}}|"
-                                         rf"\b{var}\.uuid\s*=\s*\$uuid\b", query):
-                return None
-            texts[column] = params.get(name.group(1))
+    for var, column, value in _assignments(query):
+        if column not in ("name", "fact") or labels.get(var, "RelatesToNode_") != "RelatesToNode_":
+            continue
+        name = re.fullmatch(r"\s*\$(\w+)\s*", value)
+        if not name or not re.search(rf"\({var}\s*:\s*RelatesToNode_\s*\{{\s*uuid\s*:\s*\$uuid\s*\}}|"
+                                     rf"\b{var}\.uuid\s*=\s*\$uuid\b", query):
+            return None
+        texts[column] = params.get(name.group(1))
     if not texts:
         return []
     if set(texts) != {"name", "fact"} or not isinstance(params.get("uuid"), str) or not all(
@@ -716,25 +719,24 @@ def _entity_values(query: str, params: dict) -> dict[str, dict[str, Any]] | None
     per_row: dict[str, str] = {}    # column -> field of the UNWIND row
     single: dict[str, Any] = {}     # column -> parameter's value
     alias = None                    # the UNWIND row naming the entity
-    for clause in _SETS.findall(query):
-        for var, column, value in re.findall(r"(?:^|,)\s*(\w+)\s*\.\s*(\w+)\s*=\s*([^,]*)", clause):
-            if not re.search(rf"\({var}\s*:\s*Entity\b", query):
-                return None
-            by = re.search(rf"\({var}\s*:\s*Entity\s*\{{\s*uuid\s*:\s*(\$uuid|\w+\.uuid)\s*\}}|"
-                           rf"\b{var}\.uuid\s*=\s*(\$uuid|\w+\.uuid)\b", query)
-            key = by and (by.group(1) or by.group(2))
-            source = re.fullmatch(r"\s*(\$\w+|\w+\.\w+)\s*", value)
-            if not key or not source:
-                return None
-            source = source.group(1)
-            if key == "$uuid" and source.startswith("$") and source[1:] in params:
-                single[column] = params[source[1:]]
-            elif key != "$uuid" and key.split(".")[0] in unwind and source.split(".")[0] == key.split(".")[0] \
-                    and alias in (None, key.split(".")[0]):
-                alias = key.split(".")[0]
-                per_row[column] = source.split(".")[1]
-            else:
-                return None
+    for var, column, value in _assignments(query):
+        if not re.search(rf"\({var}\s*:\s*Entity\b", query):
+            return None
+        by = re.search(rf"\({var}\s*:\s*Entity\s*\{{\s*uuid\s*:\s*(\$uuid|\w+\.uuid)\s*\}}|"
+                       rf"\b{var}\.uuid\s*=\s*(\$uuid|\w+\.uuid)\b", query)
+        key = by and (by.group(1) or by.group(2))
+        source = re.fullmatch(r"\s*(\$\w+|\w+\.\w+)\s*", value)
+        if not key or not source:
+            return None
+        source = source.group(1)
+        if key == "$uuid" and source.startswith("$") and source[1:] in params:
+            single[column] = params[source[1:]]
+        elif key != "$uuid" and (row := key.split(".")[0]) in unwind and source.split(".")[0] == row \
+                and alias in (None, row):
+            alias = row
+            per_row[column] = source.split(".")[1]
+        else:
+            return None
     if single and per_row or not (single or per_row):
         return None
     if single:
