@@ -196,9 +196,8 @@ class _Field:
         self.vocab: list[str | None] = []       # id -> its word (None: dropped)
         self.free: list[int] = []               # ids of dropped words, for new words
         self.words: dict[int, array] = {}       # document -> the ids of its words
-        self.length: dict[int, int] = {}
+        self.lengths = _Column(np.float64)      # document -> its number of words (0: none, or removed)
         self.total = 0
-        self._norm: np.ndarray | None = None    # per slot, BM25's length term (kept until a write)
 
     def __contains__(self, word: str) -> bool:
         return word in self.ids
@@ -218,14 +217,15 @@ class _Field:
             self.postings[i].extend((doc, n))
             mine.append(i)
         self.words[doc] = mine
-        self.length[doc] = len(words)
+        self.lengths.put(doc, len(words))
         self.total += len(words)
-        self._norm = None
 
     def remove(self, doc: int) -> None:
-        self.total -= self.length.pop(doc, 0)
-        self._norm = None
-        for i in self.words.pop(doc, ()):
+        if doc not in self.words:
+            return
+        self.total -= int(self.lengths.view()[doc])
+        self.lengths.view()[doc] = 0
+        for i in self.words.pop(doc):
             p = self.postings[i]
             at = 2 * int(np.searchsorted(np.frombuffer(p, np.int32)[::2], doc))
             del p[at:at + 2]
@@ -236,7 +236,7 @@ class _Field:
 
     def scores(self, terms: list[str], size: int) -> np.ndarray:
         out = np.zeros(size)
-        n = len(self.length)
+        n = len(self.words)
         if not n:
             return out
         norm = self._norms(size)
@@ -251,15 +251,35 @@ class _Field:
         return out
 
     def _norms(self, size: int) -> np.ndarray:
-        """K1 × (1 - B + B × length / average length) per slot (`size` of them): built once
-        per write (add and remove reset it), not per search (a loop over every document:
-        ~2.5 ms a call at 20,000 turns)."""
-        if self._norm is None:
-            lengths = np.zeros(size)
-            lengths[np.fromiter(self.length.keys(), np.int64, len(self.length))] = \
-                np.fromiter(self.length.values(), np.float64, len(self.length))
-            self._norm = K1 * (1 - B + B * lengths / (self.total / len(self.length) or 1.0))
-        return self._norm
+        """K1 × (1 - B + B × length / average length) per slot (`size` of them), from the
+        lengths kept per slot (one vector operation: rebuilding them from a dict after each
+        write cost ~2 ms a search at 20,000 turns)."""
+        lengths = np.zeros(size)
+        kept = self.lengths.view()[:size]
+        lengths[:len(kept)] = kept
+        return K1 * (1 - B + B * lengths / (self.total / len(self.words) or 1.0))
+
+
+class _Column:
+    """One value per slot in a buffer that grows by half when full: kept in step with each
+    write, where an array built anew from a list of every slot after each write cost the
+    search right after a stored turn ~1 ms apiece at 20,000 turns."""
+
+    def __init__(self, dtype):
+        self.buf = np.zeros(0, dtype)
+        self.used = 0
+
+    def view(self) -> np.ndarray:
+        return self.buf[:self.used]
+
+    def put(self, at: int, value) -> None:
+        """`value` at slot `at`; slots between the last used one and `at` are zero."""
+        if at >= len(self.buf):
+            grown = np.zeros(max(at + 1, 64, len(self.buf) * 3 // 2), self.buf.dtype)
+            grown[:self.used] = self.buf[:self.used]
+            self.buf = grown
+        self.buf[at] = value
+        self.used = max(self.used, at + 1)
 
 
 class _Rows:
@@ -314,16 +334,16 @@ class TurnIndex:
     # slot -> its Episodic name (the turn's metadata, episodes.EpisodeMeta): a search's results
     # name their turns without a read by uuid, which Kuzu 0.11.3 answers by scanning every turn
     names: list[str | None] = field(default_factory=list)
-    times: list[float] = field(default_factory=list)            # slot -> valid_at (epoch seconds)
     slot: dict[str, int] = field(default_factory=dict)
-    _conversations: np.ndarray | None = None
-    _reply_count: list[int] = field(default_factory=list)       # slot -> its reply's sentences
+    _conversations: _Column | None = None           # conversations(), kept while turns come in order
     _reply_layout: tuple[np.ndarray, np.ndarray] | None = None  # reply_layout()
-    _slots: tuple[np.ndarray, np.ndarray] | None = None     # (stored, valid_at) per slot, as arrays
 
     def __post_init__(self):
         self.turn = _Field()
         self.user = _Field()
+        self._stored = _Column(bool)                    # slot -> its turn is stored (not removed)
+        self._times = _Column(np.float64)               # slot -> valid_at (epoch seconds)
+        self._reply_count = _Column(np.int64)           # slot -> its reply's sentences
         self._users = _Rows(self.dim, np.float32)      # slot -> the user message's vector
         self._replies = _Rows(REPLY_DIM, np.int8)       # the reply sentences' rows, slot after slot
 
@@ -341,7 +361,10 @@ class TurnIndex:
         i = len(self.uuids)
         self.uuids.append(uuid)
         self.names.append(name)
-        self.times.append(when.timestamp() if when else 0.0)
+        t = when.timestamp() if when else 0.0
+        self._follow_conversations(t)
+        self._times.put(i, t)
+        self._stored.put(i, True)
         self.slot[uuid] = i
         self.turn.add(i, tokens(f"{user} {asst}"))
         self.user.add(i, tokens(user))
@@ -350,8 +373,19 @@ class TurnIndex:
         self._users.append(v[None, :])
         replies = compact(reply_vectors)
         self._replies.append(replies)
-        self._reply_count.append(len(replies))
-        self._conversations = self._reply_layout = self._slots = None
+        self._reply_count.put(i, len(replies))
+        self._reply_layout = None
+
+    def _follow_conversations(self, t: float) -> None:
+        """The kept conversations() for a new slot dated `t`: a turn dated after every other
+        (as chat turns come) continues the last conversation or starts the next, as the sort
+        would number it; any other is numbered by the next sort."""
+        conv, times = self._conversations, self._times.view()
+        if conv is None or not len(times) or t < times.max():
+            self._conversations = None
+            return
+        last = conv.view()[len(times) - 1 - int(np.argmax(times[::-1]))]
+        conv.put(len(times), last + (t - times.max() > CONVERSATION_GAP))
 
     def name(self, uuid: str) -> str | None:
         """The stored name of a turn in the index (None: not in it, or not known)."""
@@ -365,12 +399,12 @@ class TurnIndex:
         if i is None:
             return None
         first = self.reply_layout()[0][i]
-        return self._replies.view()[first:first + self._reply_count[i]].copy()
+        return self._replies.view()[first:first + self._reply_count.view()[i]].copy()
 
     def reply_layout(self) -> tuple[np.ndarray, np.ndarray]:
         """Per slot, the first row of its reply's sentences; and the slots that have some."""
         if self._reply_layout is None:
-            counts = np.asarray(self._reply_count, np.int64)
+            counts = self._reply_count.view()
             self._reply_layout = (np.cumsum(counts) - counts, np.flatnonzero(counts))
         return self._reply_layout
 
@@ -381,15 +415,16 @@ class TurnIndex:
             if i is None:
                 continue
             self.uuids[i] = self.names[i] = None
+            self._stored.view()[i] = False
             self.turn.remove(i)
             self.user.remove(i)
             self._users.view()[i] = 0
             first = self.reply_layout()[0][i]
-            rows[first:first + self._reply_count[i]] = False
+            rows[first:first + self._reply_count.view()[i]] = False
         if not rows.all():
             self._replies.keep(rows)
-            self._reply_count = [0 if u is None else n for u, n in zip(self.uuids, self._reply_count)]
-        self._conversations = self._reply_layout = self._slots = None
+            self._reply_count.view()[~self._stored.view()] = 0
+        self._reply_layout = None           # conversations() are kept: a removed slot keeps its time
 
     def signals(self, query: str, query_vector, until: datetime | None = None,
                 related: Iterable[str] = (), reply_vector=None) -> tuple[list[np.ndarray], np.ndarray]:
@@ -408,12 +443,9 @@ class TurnIndex:
                        self._reply_cosines(reply_vector)], live
 
     def slot_arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        """Per slot, whether its turn is stored and its time (epoch seconds), as arrays built
-        once per write, not per search."""
-        if self._slots is None:
-            self._slots = (np.array([u is not None for u in self.uuids], dtype=bool),
-                           np.asarray(self.times, dtype=np.float64))
-        return self._slots
+        """Per slot, whether its turn is stored and its time (epoch seconds): views of the
+        kept columns, not to be written to."""
+        return self._stored.view(), self._times.view()
 
     def _reply_cosines(self, reply_vector) -> np.ndarray:
         """Per slot, the best cosine of the query to a sentence of its reply (0 without one)."""
@@ -438,10 +470,11 @@ class TurnIndex:
             t = self.slot_arrays()[1]
             order = np.argsort(t, kind="stable")
             starts = np.concatenate([[0], (np.diff(t[order]) > CONVERSATION_GAP).astype(np.int64)])
-            conv = np.empty(len(t), dtype=np.int64)
-            conv[order] = np.cumsum(starts)
-            self._conversations = conv
-        return self._conversations
+            self._conversations = _Column(np.int64)
+            if len(t):
+                self._conversations.put(len(t) - 1, 0)
+                self._conversations.view()[order] = np.cumsum(starts)
+        return self._conversations.view()
 
     def near(self, when: datetime, days: float) -> np.ndarray:
         """Per slot, 1 for a turn dated `when`, falling off over DATE_SPREAD × `days`."""

@@ -204,31 +204,40 @@ def test_a_question_that_adds_up_occasions_gets_turns_of_each_conversation():
 
 def test_searches_between_writes_change_no_later_result():
     """What a search keeps for the next (the turns' lengths for BM25, which turns are stored,
-    their times, where each reply's sentences are) follows every add and remove: an index
-    searched after each write ranks and scores exactly as one built from the same writes and
-    searched once, and holds the same reply sentences for each turn."""
+    their times, their conversations, where each reply's sentences are) follows every add and
+    remove: after each write, an index searched after every write ranks and scores exactly as
+    one built anew from the same writes, and holds the same reply sentences for each turn. Turns
+    come as in a chat (two sittings of two turns, then a third day) and one comes late."""
     bodies = ["User: I adopted a cat named Pistachio\nAssistant: Lovely name for a cat.",
-              "User: The weather is nice in Lisbon today\nAssistant: Enjoy the sun.",
+              "User: The weather is nice in Lisbon today, my cat sleeps in the sun\nAssistant: Enjoy the sun.",
               "User: My kitten loves salmon and tuna\nAssistant: Cats often do.",
               "User: Book a dentist visit for Friday\nAssistant: Done, Friday at nine.",
               "User: My cat Pistachio hid under the sofa all day\nAssistant: Cats like hiding."]
     vecs = [vec(1, 0), vec(0, 1), vec(0.9, 0.1), vec(0, 0, 1), vec(0.8, 0.2)]
     replies = [[vec(0, 1, i), vec(i, 0, 1)][:1 + i % 2] if i != 3 else None for i in range(5)]
+    when = [T0, T0 + timedelta(minutes=10), T0 + timedelta(days=1), T0 + timedelta(days=1, minutes=30),
+            T0 + timedelta(days=2)]
     query = ("cat Pistachio", vec(1, 0.1))
-    searched, fresh = TurnIndex(dim=4), TurnIndex(dim=4)
     writes = [("add", i) for i in range(4)] + [("remove", 0), ("add", 4), ("add", 0), ("remove", 2)]
-    for op, i in writes:
-        for idx in (searched, fresh):
-            if op == "add":
-                idx.add(f"u{i}", bodies[i], T0 + timedelta(days=i), vecs[i], replies[i])
-            else:
-                idx.remove([f"u{i}"])
-        searched.search(*query, 5, reply_vector=vec(0, 1, 1))
-        searched.search(*query, 5, until=T0 + timedelta(days=2))
-    for until in (None, T0 + timedelta(days=2)):
-        assert searched.search(*query, 5, until=until, reply_vector=vec(0, 1, 1)) == \
-            fresh.search(*query, 5, until=until, reply_vector=vec(0, 1, 1))
-    assert [u for u, _ in fresh.search(*query, 5)] == ["u0", "u4"]   # the re-added turn is back
+
+    def write(idx, op, i):
+        if op == "add":
+            idx.add(f"u{i}", bodies[i], when[i], vecs[i], replies[i])
+        else:
+            idx.remove([f"u{i}"])
+
+    searched = TurnIndex(dim=4)
+    for done, (op, i) in enumerate(writes, 1):
+        write(searched, op, i)
+        fresh = TurnIndex(dim=4)
+        for w in writes[:done]:
+            write(fresh, *w)
+        for until in (None, T0 + timedelta(days=1)):
+            assert searched.search(*query, 5, until=until, reply_vector=vec(0, 1, 1)) == \
+                fresh.search(*query, 5, until=until, reply_vector=vec(0, 1, 1)), writes[:done]
+    assert [u for u, _ in fresh.search(*query, 5)] == ["u0", "u4", "u1"]   # the re-added turn is back
+    # slots: u0, u1, u2, u3 (the two sittings), u4, u0 again (late); u0 and u2 were removed
+    assert searched.conversations().tolist() == fresh.conversations().tolist() == [0, 0, 1, 1, 2, 0]
     for i in range(5):
         held = searched.reply_rows(f"u{i}")
         assert (held is None) == (i == 2), "a removed turn's sentences are gone"
