@@ -279,8 +279,10 @@ class GraphIndex:
         if not WRITE.search(text):
             return
         named = _named_uuids(params)
+        kept_facts = self._keep_written("facts", text, params) if named else set()
         for u in named:
-            self.rows.pop(u, None)
+            if u not in kept_facts:
+                self.rows.pop(u, None)
         if not named and _FACT_TABLES.search(text):
             self.rows.clear()           # facts written, which ones not said: read again
         for kind, column in (("facts", "fact_embedding"), ("entities", "name_embedding")):
@@ -296,7 +298,7 @@ class GraphIndex:
             self.entity_rows.clear()
             self.words["entities"] = None
         elif change == "named":
-            kept = self._keep_entity_written(text, params)
+            kept = self._keep_written("entities", text, params)
             entities = self.words["entities"]
             for u in named:
                 if u not in kept:
@@ -343,19 +345,23 @@ class GraphIndex:
         if unread is not None:
             unread.add(uuid)
 
-    def _keep_entity_written(self, query: str, params: dict) -> set[str]:
-        """Keep the rows a write of entities gives them, when every value it sets comes from
-        a parameter or the entity's UNWIND row (graphiti's save, our summaries): the next
-        search after a chat turn then reads no entity from Kuzu. The uuids kept so (an
-        entity not kept before needs every column)."""
+    def _keep_written(self, kind: str, query: str, params: dict) -> set[str]:
+        """Keep the rows a write of facts or entities (`kind`) gives them, when every value
+        it sets comes from a parameter or the row's UNWIND row (graphiti's saves, its
+        `SET r.episodes` of a fact told again, its end set or taken back, our summaries): the next
+        search after a chat turn then reads none of them from Kuzu. The uuids kept so (a row
+        not kept before needs every column: a new fact's ends are not set, so it is read)."""
+        label, returned, keep = (("RelatesToNode_", _RETURNED, _kept) if kind == "facts"
+                                 else ("Entity", _NODE_RETURNED, _entity_kept))
+        rows = self.rows if kind == "facts" else self.entity_rows
         kept = set()
-        for uuid, values in (_entity_values(query, params) or {}).items():
-            row = self.entity_rows.get(uuid)
-            if row is None and not set(_NODE_RETURNED[1:]) <= values.keys():
+        for uuid, values in (_written_values(query, params, label, returned) or {}).items():
+            row = rows.get(uuid)
+            if row is None and not set(returned[1:]) <= values.keys():
                 continue
-            record = dict(zip(_NODE_RETURNED, row)) if row is not None else {"uuid": uuid}
-            record |= {k: v for k, v in values.items() if k in _NODE_RETURNED}
-            self.entity_rows[uuid] = _entity_kept(record)
+            record = dict(zip(returned, row)) if row is not None else {"uuid": uuid}
+            record |= {k: v for k, v in values.items() if k in returned}
+            rows[uuid] = keep(record)
             kept.add(uuid)
         return kept
 
@@ -707,12 +713,14 @@ def _fact_texts(query: str, params: dict) -> list | None:
     return [texts["name"], texts["fact"]]
 
 
-def _entity_values(query: str, params: dict) -> dict[str, dict[str, Any]] | None:
-    """Per entity, the columns a write sets on it, as Kuzu returns them (a date by its wall
-    time, naive: Kuzu 0.11.3 binds it so), when it picks entities by `$uuid` and sets each
-    value from a parameter (graphiti's save, our summary), or by an UNWIND row's `uuid` and
-    sets each from that row (our summaries of a turn); None for any other write (a
-    deletion, an expression, entities picked otherwise)."""
+def _written_values(query: str, params: dict, label: str, returned: tuple[str, ...]
+                    ) -> dict[str, dict[str, Any]] | None:
+    """Per row of the table `label` (Entity, RelatesToNode_), the columns a write sets on it,
+    as Kuzu returns them (a date by its wall time, naive: Kuzu 0.11.3 binds it so), when it
+    picks rows by `$uuid` and sets each value from a parameter or NULL (graphiti's saves,
+    our summary, a fact's end taken back), or by an UNWIND row's `uuid` and sets each from that row (our summaries of a
+    turn); None for any other write (a deletion, an expression, a variable of another
+    table, rows picked otherwise). `returned`: the columns a kept row holds."""
     if _DELETES.search(query) or re.search(r"\bREMOVE\b", query, re.I):
         return None
     unwind = dict((alias, rows) for rows, alias in re.findall(r"\bUNWIND\s+\$(\w+)\s+AS\s+(\w+)", query, re.I))
@@ -720,16 +728,18 @@ def _entity_values(query: str, params: dict) -> dict[str, dict[str, Any]] | None
     single: dict[str, Any] = {}     # column -> parameter's value
     alias = None                    # the UNWIND row naming the entity
     for var, column, value in _assignments(query):
-        if not re.search(rf"\({var}\s*:\s*Entity\b", query):
+        if not re.search(rf"\({var}\s*:\s*{label}\b", query):
             return None
-        by = re.search(rf"\({var}\s*:\s*Entity\s*\{{\s*uuid\s*:\s*(\$uuid|\w+\.uuid)\s*\}}|"
+        by = re.search(rf"\({var}\s*:\s*{label}\s*\{{\s*uuid\s*:\s*(\$uuid|\w+\.uuid)\s*\}}|"
                        rf"\b{var}\.uuid\s*=\s*(\$uuid|\w+\.uuid)\b", query)
         key = by and (by.group(1) or by.group(2))
-        source = re.fullmatch(r"\s*(\$\w+|\w+\.\w+)\s*", value)
+        source = re.fullmatch(r"\s*(\$\w+|\w+\.\w+|NULL)\s*", value, re.I)
         if not key or not source:
             return None
         source = source.group(1)
-        if key == "$uuid" and source.startswith("$") and source[1:] in params:
+        if key == "$uuid" and source.upper() == "NULL":      # a fact's end taken back
+            single[column] = None
+        elif key == "$uuid" and source.startswith("$") and source[1:] in params:
             single[column] = params[source[1:]]
         elif key != "$uuid" and (row := key.split(".")[0]) in unwind and source.split(".")[0] == row \
                 and alias in (None, row):
@@ -756,7 +766,7 @@ def _entity_values(query: str, params: dict) -> dict[str, dict[str, Any]] | None
                 values[column] = v.replace(tzinfo=None)
             elif isinstance(v, list) and all(isinstance(x, str) for x in v):
                 values[column] = list(v)
-            elif v is not None and not isinstance(v, (str, int, float)) and column in _NODE_RETURNED:
+            elif v is not None and not isinstance(v, (str, int, float)) and column in returned:
                 return None
         out[uuid] = values
     return out

@@ -304,6 +304,55 @@ async def test_entity_rows_are_kept_in_step_with_the_writes(engine):
         bank.driver.execute_query = execute
 
 
+async def test_fact_rows_are_kept_through_a_fact_told_again_and_its_end(engine):
+    """A fact told again (its turns set), ended and its end taken back keeps its row as
+    written, the database's after each write; chat turns that tell facts again and end
+    them leave every fact kept before them kept: the search after them reads none of those
+    from Kuzu (each read by uuid scans every fact)."""
+    await engine.ingest(BANK, turns(60))
+    bank = engine.banks[BANK]
+    await engine.search(BANK, "Where do I live?")
+    index = bank.graph_index
+    field = {k: i for i, k in enumerate(graph_index._RETURNED)}
+    told = next(u for u, r in index.rows.items() if r[field["invalid_at"]] is None)
+    episodes = [*index.rows[told][field["episodes"]], "a-later-turn"]
+    await engine.pool.query(bank, "set_fact_episodes", uuid=told, episodes=episodes)
+    assert index.rows[told][field["episodes"]] == episodes, "told again: kept as written"
+    ended = datetime(2025, 3, 1, 9, tzinfo=timezone(timedelta(hours=2)))
+    await engine.pool.query(bank, "expire_fact", uuid=told, invalid_at=ended, expired_at=ended)
+    assert index.rows[told][field["invalid_at"]] == ended.replace(tzinfo=None), "as Kuzu returns it"
+    await assert_index_is_the_database(bank)
+    await engine.pool.query(bank, "restore_fact", uuid=told)
+    assert told in index.rows and index.rows[told][field["invalid_at"]] is None
+    await assert_index_is_the_database(bank)
+    kept = set(index.rows)
+    read = []
+    execute = bank.driver.execute_query
+
+    written = []
+
+    async def counting(cypher, **params):
+        if "RelatesToNode_" in str(cypher) and "IN $uuids" in str(cypher):
+            read.extend(params["uuids"])
+        if params.get("uuid") in kept and "SET r." in str(cypher):
+            written.append(params["uuid"])
+        return await execute(cypher, **params)
+    bank.driver.execute_query = counting
+    try:        # the same things said again, on later days, and a move
+        again = [t.model_copy(update={"id": f"again-{t.id}", "time": t.time + timedelta(days=20)})
+                 for t in turns(30)]
+        await engine.ingest(BANK, again + [
+            Turn(id="move", user="I moved, I live in Lisbon now", assistant="Noted.", time=T0 + timedelta(days=30))])
+        assert len(set(written)) > 5, "kept facts were told again, or ended"
+        read.clear()
+        for question in ("Where do I live?", "What do I like?", "Who is my dentist?"):
+            await engine.search(BANK, question)
+        assert kept & set(read) == set(), "no fact kept before the turns is read again"
+        await assert_index_is_the_database(bank)
+    finally:
+        bank.driver.execute_query = execute
+
+
 async def test_the_entity_filter_tested_on_kept_rows_is_kuzus(engine):
     """graphiti's entity filter (its labels, every one asked among the entity's) tested on
     the kept rows passes exactly the entities Kuzu's query passes."""
