@@ -87,6 +87,10 @@ def _queries(p: GraphProvider) -> dict[str, str]:
                                 f"AND r.expired_at IS NULL RETURN {_FACT_FIELDS}"),
         "ended_facts_from": (f"MATCH {fact} WHERE s.uuid IN $sources AND r.invalid_at IS NOT NULL "
                              f"RETURN {_FACT_FIELDS}"),
+        # named too: a hub such as User has hundreds of ended facts (454 at 20,000 turns),
+        # and Kuzu returned every one of them (10.5 ms; 4.4 ms with the names)
+        "ended_facts_named": (f"MATCH {fact} WHERE s.uuid IN $sources AND r.name IN $names "
+                              f"AND r.invalid_at IS NOT NULL RETURN {_FACT_FIELDS}"),
         "restore_fact": (f"MATCH {fact} WHERE r.uuid = $uuid "
                          "SET r.invalid_at = NULL, r.expired_at = NULL"),
         "set_summary": "MATCH (n:Entity) WHERE n.uuid = $uuid SET n.summary = $summary",

@@ -274,8 +274,9 @@ class SearchOps:
         current = [e for e in edges if e.invalid_at is None and e.uuid in by_id]
         if not current:
             return []
-        ended = await self.pool.query(bank, "ended_facts_from",
-                                      sources=list({e.source_node_uuid for e in current}))
+        ended = await self.pool.query(bank, "ended_facts_named",
+                                      sources=list({e.source_node_uuid for e in current}),
+                                      names=list({e.name for e in current}))
         picked: dict[str, tuple[dict, float]] = {}
         for edge in current:
             for r in (r for r in ended if r["source"] == edge.source_node_uuid and r["name"] == edge.name):
