@@ -274,9 +274,10 @@ class SearchOps:
         current = [e for e in edges if e.invalid_at is None and e.uuid in by_id]
         if not current:
             return []
-        ended = await self.pool.query(bank, "ended_facts_named",
-                                      sources=list({e.source_node_uuid for e in current}),
-                                      names=list({e.name for e in current}))
+        sources, names = list({e.source_node_uuid for e in current}), list({e.name for e in current})
+        ended = await bank.graph_index.ended_named(sources, names) if bank.graph_index is not None else None
+        if ended is None:
+            ended = await self.pool.query(bank, "ended_facts_named", sources=sources, names=names)
         picked: dict[str, tuple[dict, float]] = {}
         for edge in current:
             for r in (r for r in ended if r["source"] == edge.source_node_uuid and r["name"] == edge.name):

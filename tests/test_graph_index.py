@@ -65,6 +65,13 @@ async def assert_index_is_the_database(bank, kept_most: bool = True):
     assert set(kept) <= there & set(linked), "no row kept for a fact graphiti's MATCH no longer returns"
     assert [r for u, r in kept.items() if linked.get(u) != r] == [], "kept as graphiti's MATCH reads it"
     assert len(kept) > len(linked) / 2 or not kept_most, "most rows are kept, or this proves little"
+    rows = bank.graph_index.rows
+    assert not rows.whole or set(kept) == set(linked), "said whole: every fact graphiti's MATCH returns is kept"
+    ended: dict = {}
+    for u, r in kept.items():
+        if r["invalid_at"] is not None:
+            ended.setdefault((r["source_node_uuid"], r["name"]), set()).add(u)
+    assert rows.ended == ended, "the ended facts listed are the kept rows' ended facts"
     entities, _, _ = await bank.driver.execute_query(graph_index._NODE_ROWS, gid=bank.slug)
     db = {r["uuid"]: r for r in entities}
     kept = {u: graph_index._entity_record(r) for u, r in bank.graph_index.entity_rows.items()}
@@ -351,6 +358,62 @@ async def test_fact_rows_are_kept_through_a_fact_told_again_and_its_end(engine):
         await assert_index_is_the_database(bank)
     finally:
         bank.driver.execute_query = execute
+
+
+async def test_the_ended_facts_a_past_question_asks_for_are_kuzus(engine):
+    """A question about the past asks for the ended facts of its current facts' entities
+    and names: the kept rows answer it as Kuzu's query does, after turns that end facts,
+    graphiti's saves of new facts (kept with their two entities), a fact ended and taken
+    back by hand, and a turn forgotten; a write not followed leaves the question to Kuzu."""
+    ask = "ended_facts_named"
+
+    async def same_as_kuzu(bank):
+        index = bank.graph_index
+        facts, _, _ = await bank.driver.execute_query(graph_index._ROWS, gid=bank.slug)
+        pairs = {(r["source_node_uuid"], r["name"]) for r in facts}
+        sources = sorted({s for s, _ in pairs})
+        asked = [([s], sorted({n for s2, n in pairs if s2 == s})) for s in sources] + [(sources, ["NOTHING"])]
+        found = 0
+        for srcs, names in asked:
+            mine = await index.ended_named(srcs, names)
+            assert mine is not None, "every row is kept: the index answers"
+            kuzu = await engine.pool.query(bank, ask, sources=srcs, names=names)
+            fields = set(mine[0]) if mine else set()
+            assert sorted((r["uuid"], r["source"], r["target"], r["name"], r["fact"], r["episodes"],
+                           r["valid_at"], r["invalid_at"]) for r in mine) == \
+                sorted((r["uuid"], r["source"], r["target"], r["name"], r["fact"], r["episodes"],
+                        r["valid_at"], r["invalid_at"]) for r in kuzu), (srcs, names)
+            assert not mine or fields >= {"uuid", "source", "name", "fact", "episodes", "valid_at", "invalid_at"}
+            found += len(mine)
+        return found
+
+    await engine.ingest(BANK, turns(60))
+    bank = engine.banks[BANK]
+    await engine.search(BANK, "Where do I live?")
+    index = bank.graph_index
+    assert index.rows.whole
+    facts = len(index.rows)
+    await engine.ingest(BANK, turns(40, 60) + [
+        Turn(id="move", user="I moved, I live in Lisbon now", assistant="Noted.", time=T0 + timedelta(days=30)),
+        Turn(id="job", user="I quit my job at the bakery, I work at the library now", assistant="Noted.",
+             time=T0 + timedelta(days=31))])
+    assert len(index.rows) > facts and index.rows.whole, "new facts are kept with their entities"
+    assert await same_as_kuzu(bank) >= 1, "a fact was ended"
+    await assert_index_is_the_database(bank)
+    told = next(u for u, r in index.rows.items() if r[graph_index._INVALID_AT] is None)
+    ended = datetime(2025, 3, 1, 9, tzinfo=timezone.utc)
+    await engine.pool.query(bank, "expire_fact", uuid=told, invalid_at=ended, expired_at=ended)
+    assert await same_as_kuzu(bank) >= 2
+    await engine.pool.query(bank, "restore_fact", uuid=told)
+    await engine.forget(BANK, ids=["move"])
+    await same_as_kuzu(bank)
+    await assert_index_is_the_database(bank, kept_most=False)
+    await engine.pool.query(bank, "expire_fact", uuid=told, invalid_at=ended, expired_at=ended)
+    await bank.driver.execute_query("MATCH (e:RelatesToNode_) WHERE e.uuid = $uuid SET e.fact = e.fact + '!'",
+                                    uuid=told)
+    assert not index.rows.whole, "an ended fact written by an expression: its row is read again"
+    assert await index.ended_named([told], ["x"]) is None
+    await assert_index_is_the_database(bank, kept_most=False)       # and it is not listed as ended
 
 
 async def test_the_entity_filter_tested_on_kept_rows_is_kuzus(engine):
