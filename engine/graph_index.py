@@ -258,6 +258,10 @@ class FactRows(dict):
         self._unlist(uuid)
         return super().pop(uuid, default)
 
+    def __delitem__(self, uuid: str) -> None:
+        self._unlist(uuid)
+        super().__delitem__(uuid)
+
     def clear(self) -> None:
         super().clear()
         self.ended.clear()
@@ -395,9 +399,10 @@ class GraphIndex:
     def _keep_written(self, kind: str, query: str, params: dict) -> set[str]:
         """Keep the rows a write of facts or entities (`kind`) gives them, when every value
         it sets comes from a parameter or the row's UNWIND row (graphiti's saves, its
-        `SET r.episodes` of a fact told again, its end set or taken back, our summaries): the next
-        search after a chat turn then reads none of them from Kuzu. The uuids kept so (a row
-        not kept before needs every column: a new fact's ends from graphiti's MERGE)."""
+        `SET r.episodes` of a fact told again, its end set or taken back, our summaries):
+        the next search after a chat turn then reads none of them from Kuzu. The uuids kept
+        so (a row not kept before needs every column: a new fact's ends from graphiti's
+        MERGE)."""
         label, returned, keep = (("RelatesToNode_", _RETURNED, _kept) if kind == "facts"
                                  else ("Entity", _NODE_RETURNED, _entity_kept))
         rows = self.rows if kind == "facts" else self.entity_rows
@@ -785,9 +790,9 @@ def _written_values(query: str, params: dict, label: str, returned: tuple[str, .
     """Per row of the table `label` (Entity, RelatesToNode_), the columns a write sets on it,
     as Kuzu returns them (a date by its wall time, naive: Kuzu 0.11.3 binds it so), when it
     picks rows by `$uuid` and sets each value from a parameter or NULL (graphiti's saves,
-    our summary, a fact's end taken back), or by an UNWIND row's `uuid` and sets each from that row (our summaries of a
-    turn); None for any other write (a deletion, an expression, a variable of another
-    table, rows picked otherwise). `returned`: the columns a kept row holds."""
+    our summary, a fact's end taken back), or by an UNWIND row's `uuid` and sets each from
+    that row (our summaries of a turn); None for any other write (a deletion, an expression,
+    a variable of another table, rows picked otherwise). `returned`: a kept row's columns."""
     if _DELETES.search(query) or re.search(r"\bREMOVE\b", query, re.I):
         return None
     unwind = dict((alias, rows) for rows, alias in re.findall(r"\bUNWIND\s+\$(\w+)\s+AS\s+(\w+)", query, re.I))
@@ -843,7 +848,8 @@ def _merged_ends(query: str, params: dict) -> dict[str, str]:
     """The source and target entities of the fact graphiti's save MERGEs between two
     entities it picks by key (`(source:Entity {uuid: $source_node_uuid})` …); {} for any
     other write."""
-    m = re.search(r"\((\w+)\)\s*-\[:RELATES_TO\]->\s*\(\w+\s*:\s*RelatesToNode_\s*\{\s*uuid\s*:\s*\$uuid\s*\}\)"
+    m = re.search(r"\((\w+)\)\s*-\[:RELATES_TO\]->\s*"
+                  r"\(\w+\s*:\s*RelatesToNode_\s*\{\s*uuid\s*:\s*\$uuid\s*\}\)"
                   r"\s*-\[:RELATES_TO\]->\s*\((\w+)\)", query)
     if not m or not re.search(r"\bMERGE\b", query):
         return {}
