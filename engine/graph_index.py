@@ -406,10 +406,10 @@ class GraphIndex:
         label, returned, keep = (("RelatesToNode_", _RETURNED, _kept) if kind == "facts"
                                  else ("Entity", _NODE_RETURNED, _entity_kept))
         rows = self.rows if kind == "facts" else self.entity_rows
+        ends = _merged_ends(query, params) if kind == "facts" else {}
         kept = set()
         for uuid, values in (_written_values(query, params, label, returned) or {}).items():
-            if kind == "facts":
-                values |= _merged_ends(query, params)
+            values |= ends
             row = rows.get(uuid)
             if row is None and not set(returned[1:]) <= values.keys():
                 continue
