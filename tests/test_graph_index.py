@@ -648,3 +648,30 @@ async def test_when_a_turns_facts_ended_comes_from_the_kept_rows(engine):
     assert ("episode", T0 + timedelta(days=30)) in kept and reads == []
     bank.graph_index.rows.clear()                   # as if none were kept
     assert await berlin() == kept and reads, "read from the database: the same"
+
+
+def test_a_ranking_read_in_chunks_is_the_whole_stable_order():
+    """The cosine order is sorted only as far as a search reads it; read in the growing
+    chunks a search reads (or at any point), it is the full stable sort: best first, ties in
+    row order, nothing at or below the floor, and a row reused meanwhile changes nothing."""
+    rng = np.random.default_rng(7)
+    vs = graph_index.VectorSet(8)
+    for i in range(3000):        # few distinct vectors: many equal scores, ties at every cut
+        vs.put(f"u{i}", rng.integers(-2, 3, 8).astype(np.float32) + 0.5)
+    for i in range(0, 3000, 7):
+        vs.drop(f"u{i}")
+    query = rng.normal(size=8)
+    scores = (vs.mat[:len(vs.uuids)] @ query.astype(np.float32)) / (vs.norms[:len(vs.uuids)] * np.linalg.norm(query))
+    whole = [vs.uuids[i] for i in np.argsort(-scores, kind="stable") if vs.norms[i] and scores[i] > 0.1]
+    assert 1000 < len(whole) < 2500
+    ranked = vs.ranked(query, 0.1)
+    gone = whole[len(whole) // 2]
+    vs.drop(gone), vs.put("late", np.ones(8))            # written while a search reads down it
+    assert len(ranked) == len(whole)
+    start, size, read = 0, 20, []
+    while start < len(ranked):
+        read += ranked[start:start + size]
+        start, size = start + size, size * 2
+    assert read == whole
+    assert gone in read and gone not in vs.ranked(query, 0.1)[:]      # the write is the next search's
+    assert ranked[5] == whole[5] and ranked[-1] == whole[-1] and ranked[3:0] == []
