@@ -188,7 +188,7 @@ def phase_graphiti_search(settings: dict, banks_dir: Path, queries: list[str], o
         eng = MemoryEngine(Settings(**settings), banks_dir, app="bench")
         try:
             bank = await eng.pool.bank(BANK, create=False)
-            await add_graphiti_turn_index(bank.driver)
+            await add_graphiti_turn_index(bank.driver, bank.dir)
             cfg, flt = graphiti_config(eng.settings.search_depth), search_filter(None)
 
             async def one(q):   # the same driver and vector index as ours (graph_index.py)
@@ -347,7 +347,7 @@ async def _baseline(a: dict) -> None:
     from memoryplus.wire.records import Credentials
     from memoryplus.engine.embedders import LocalEmbedder
     from memoryplus.engine.providers import OverlapReranker, build_llm
-    from memoryplus.engine.store import ensure_fulltext_indexes
+    from memoryplus.engine.store import add_graphiti_fulltext_indexes
     proc = psutil.Process()
 
     def rss():
@@ -359,7 +359,7 @@ async def _baseline(a: dict) -> None:
         kd.kuzu.Database = lambda path, *args, **kw: database(path, buffer_pool_size=pool)
     driver = KuzuDriver(db=a["db"])          # graphiti's defaults otherwise: no recycling
     driver._database = ""                    # graphiti 0.31.2 bug: add_episode(group_id=...) reads it
-    await ensure_fulltext_indexes(driver)
+    await add_graphiti_fulltext_indexes(driver, Path(a["db"]).parent)
     g = Graphiti(graph_driver=driver, llm_client=llm, embedder=LocalEmbedder(),
                  cross_encoder=OverlapReranker())
     await g.embedder.create("warm up")
@@ -454,7 +454,7 @@ def phase_stock_graphiti_search(banks_dir: Path, queries: list[str], out: dict) 
         driver._database = ""               # graphiti 0.31.2 bug 1 (store.py)
         g = Graphiti(graph_driver=driver, llm_client=NoLLM(), embedder=LocalEmbedder(),
                      cross_encoder=OverlapReranker())
-        await add_graphiti_turn_index(driver)
+        await add_graphiti_fulltext_indexes(driver, db.parent, ("Entity", "RelatesToNode_", "Episodic"))
         cfg, flt = graphiti_config(Settings().search_depth), search_filter(None)
         try:
             async def one(q):

@@ -224,15 +224,20 @@ def graphiti_config(depth: int):
     return search_config(depth).model_copy(update={"episode_config": turns})
 
 
-async def add_graphiti_turn_index(driver) -> None:
-    """graphiti's full-text index of turns, which a bank does not keep (nothing of ours
-    searches it: engine/kuzu_repair.SEARCHED_FULLTEXT_INDEXES), made on a Kuzu bank for the
-    baseline before it is timed. The bank drops it again when it next opens."""
-    from memoryplus.engine.kuzu_repair import graphiti_fulltext_indexes
-    from memoryplus.engine.store import create_fulltext_index
-    for table, _index, create in graphiti_fulltext_indexes():
-        if table == "Episodic":
-            await create_fulltext_index(driver, create)
+async def add_graphiti_turn_index(driver, bank_dir) -> None:
+    """graphiti's full-text index of turns, which a bank does not keep (the turn index ranks
+    turns), made on a Kuzu bank for graphiti's search before it is timed (with graphiti's
+    indexes of facts and entities too, for its own search on the bank's plain driver:
+    `graphiti_driver`). The bank drops them again when it next opens."""
+    from memoryplus.engine.store import add_graphiti_fulltext_indexes
+    await add_graphiti_fulltext_indexes(driver, bank_dir, ("Episodic", "Entity", "RelatesToNode_"))
+
+
+def graphiti_driver(driver):
+    """The bank's driver as stock graphiti has it: its searches by words are Kuzu's own full-
+    text queries, not our word index (graph_index._Words)."""
+    from memoryplus.engine.graph_index import IndexedDriver
+    return IndexedDriver(driver, None)
 
 
 # ── the run ─────────────────────────────────────────────────────────────────────────────
@@ -266,17 +271,20 @@ async def _one(engine, bank: str, q: DevQuestion, rec: dict) -> None:
     # graphiti's own search_ on the same bank needs its index of turns: built first, since
     # building it is a write and a write empties what our search keeps until the next one
     b = await engine.pool.bank(bank, create=False)
-    await add_graphiti_turn_index(b.driver)
+    await add_graphiti_turn_index(b.driver, b.dir)
     cfg, flt = graphiti_config(engine.settings.search_depth), search_filter(None)
 
     async def ours():
         return await engine.search(bank, q.question, limit=10, now=q.date)
 
     async def graphiti():
-        await b.graphiti.search_(clean_query(q.question), config=cfg, group_ids=[b.slug], search_filter=flt)
+        await b.graphiti.search_(clean_query(q.question), config=cfg, group_ids=[b.slug], search_filter=flt,
+                                 driver=plain)
 
     await engine.search(bank, WARM_UP, limit=10, now=q.date)
-    await b.graphiti.search_(clean_query(WARM_UP), config=cfg, group_ids=[b.slug], search_filter=flt)
+    plain = graphiti_driver(b.driver)
+    await b.graphiti.search_(clean_query(WARM_UP), config=cfg, group_ids=[b.slug], search_filter=flt,
+                             driver=plain)
     # each side timed TIMED_ROUNDS times, interleaved, first side alternating: one search per
     # bank measured this machine's bursts more than either search (a burst in one side's
     # single search moved the p95 ratio by 0.3); the first round is kept as well

@@ -35,7 +35,7 @@ from memoryplus.engine.providers import (
 )
 from memoryplus.engine.kuzu_statements import lookups_cheaper
 from memoryplus.engine.queries import q
-from memoryplus.engine.store import (StoreError, close_kuzu, ensure_fulltext_indexes, ensure_turn_vectors,
+from memoryplus.engine.store import (StoreError, close_kuzu, ensure_turn_vectors,
                                      open_kuzu, open_neo4j)
 from memoryplus.engine.turn_index import TurnIndex
 from memoryplus.wire.banks import BankDirectory, BankManifest, check_name, slug
@@ -270,7 +270,6 @@ class BankPool:
                                              buffer_pool_mb=self.settings.kuzu_buffer_pool_mb,
                                              app=self.app)
             try:
-                await ensure_fulltext_indexes(driver)
                 await ensure_turn_vectors(driver)
             except Exception:
                 close_kuzu(driver, bank_dir)

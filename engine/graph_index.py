@@ -53,7 +53,7 @@ from graphiti_core.search.search_filters import (
 from pydantic import PrivateAttr
 
 from memoryplus.engine.store import WRITE
-from memoryplus.engine.word_index import STEMS_QUERY, STOPWORDS_QUERY, WordIndex
+from memoryplus.engine.word_index import STEMS_QUERY, WordIndex, kuzu_stopwords
 
 log = logging.getLogger("memoryplus.graph_index")
 
@@ -69,15 +69,12 @@ _UUIDS = {
     "facts": "MATCH (e:RelatesToNode_) WHERE e.group_id = $gid RETURN e.uuid AS uuid",
     "entities": "MATCH (n:Entity) WHERE n.group_id = $gid RETURN n.uuid AS uuid",
 }
-# graphiti's fulltext search of facts (get_relationships_query), its hits alone
-_FACT_WORDS = ("CALL QUERY_FTS_INDEX('RelatesToNode_', 'edge_name_and_fact', cast($query AS STRING), "
-               "TOP := $limit) RETURN node.uuid AS uuid, score")
-# the texts Kuzu's two full-text indexes hold (every row of the database, all groups)
+# the texts graphiti's two full-text indexes would hold (every row of the database, all groups)
 _TEXTS = {"facts": "MATCH (x:RelatesToNode_) {} RETURN x.uuid AS uuid, x.name AS name, x.fact AS text",
           "entities": "MATCH (x:Entity) {} RETURN x.uuid AS uuid, x.name AS name, x.summary AS text"}
 _ALL_UUIDS = {"facts": "MATCH (x:RelatesToNode_) RETURN x.uuid AS uuid",
               "entities": "MATCH (x:Entity) RETURN x.uuid AS uuid"}
-_STOPWORDS: frozenset[str] | None = None        # Kuzu's, the same in every bank: read once
+_STOPWORDS: frozenset[str] | None = None        # Kuzu's, the same for every bank: read once
 # graphiti's MATCH of facts (joined with their two entities) and its rows, and the facts
 # alone, for Kuzu's filters (GraphIndex.fact_rows)
 _JOINED = "MATCH (n:Entity)-[:RELATES_TO]->(e:RelatesToNode_)-[:RELATES_TO]->(m:Entity) "
@@ -343,7 +340,6 @@ class GraphIndex:
         self.words: dict[str, WordIndex | None] = {"facts": None, "entities": None}
         self.unread: dict[str, set[str] | None] = {"facts": set(), "entities": set()}
         # ^ texts to read again at the next search (None: list which rows are left first)
-        self.words_off = False          # Kuzu's stop words not readable: Kuzu's own search
         self._lock = asyncio.Lock()
 
     # ── kept in step with the writes ───────────────────────────────────────────────────
@@ -465,12 +461,11 @@ class GraphIndex:
                 await self._load()
             elif self.reconcile:
                 await self._reconcile()
-            if not self.words_off:
-                for kind, words in self.words.items():
-                    if words is None or self.unread[kind] != set():
-                        await self._load_words(kind)
-                    elif words.waiting:
-                        await self._stem(words)
+            for kind, words in self.words.items():
+                if words is None or self.unread[kind] != set():
+                    await self._load_words(kind)
+                elif words.waiting:
+                    await self._stem(words)
             assert self.sets is not None
             return self.sets
 
@@ -493,8 +488,7 @@ class GraphIndex:
                                 for r in await self._rows(_NODE_ROWS, gid=self.group_id)}
             for kind in self.words:
                 self.words[kind] = None
-                if not self.words_off:
-                    await self._load_words(kind)
+                await self._load_words(kind)
             self.sets = sets
             for query, params in self.loading:
                 self._apply(query, params)
@@ -504,20 +498,15 @@ class GraphIndex:
     async def _load_words(self, kind: str) -> None:
         """The word index of facts or entities: built, or brought up to date (the texts
         asked again read; after deletions, the rows no longer there dropped and those not
-        held read), while nothing is written meanwhile (else built again: three tries, then
-        Kuzu answers until the next search). Left None if Kuzu's stop words cannot be read:
-        Kuzu's own search then answers."""
+        held read), while nothing is written meanwhile (else built again; after three tries
+        it answers as built, and every row is listed again at the next search)."""
         global _STOPWORDS
         if _STOPWORDS is None:
-            await self._rows("CALL enable_internal_catalog=true")
             try:
-                _STOPWORDS = frozenset(r["word"] for r in await self._rows(STOPWORDS_QUERY))
-            except Exception as e:      # a database without Kuzu's full-text extension
-                log.warning("Kuzu's stop words cannot be read (%s): Kuzu searches the words", e)
-                self.words_off = True
-                return
-            finally:
-                await self._rows("CALL enable_internal_catalog=false")
+                _STOPWORDS = await asyncio.to_thread(kuzu_stopwords)
+            except Exception as e:      # Kuzu fails to make a database in memory
+                log.warning("Kuzu's stop words cannot be read (%s): no word is left out", e)
+                _STOPWORDS = frozenset()
         for _ in range(3):
             writes, words, unread = self.driver.writes, self.words[kind], self.unread[kind]
             self.unread[kind] = set()
@@ -538,10 +527,10 @@ class GraphIndex:
             for r in texts:
                 words.put(r["uuid"], [r["name"], r["text"]])
             await self._stem(words)
+            self.words[kind] = words
             if self.driver.writes == writes:
-                self.words[kind] = words
                 return
-            self.words[kind] = None
+            self.unread[kind] = None        # a write came meanwhile: list every row again
 
     async def _stem(self, words: WordIndex) -> None:
         """Kuzu's stems of the words waiting for one."""
@@ -591,11 +580,11 @@ class GraphIndex:
 
     async def edges_by_words(self, query: str, search_filter: SearchFilters, group_ids,
                              limit: int) -> list:
-        """graphiti's fulltext search of facts in two queries: Kuzu's BM25 hits alone, then
-        graphiti's MATCH on those facts. Kuzu planned graphiti's single query as a join of
-        the hits with every fact: 6.9 ms of Kuzu's time on a 2,000-turn bank, 34 ms on a
-        20,000-turn one, against 1.0 and 1.1 ms for the hits alone. Same hits, filters and
-        order (best score first, at most `limit`, filtered after the top `limit`)."""
+        """graphiti's fulltext search of facts: the word index's hits, then graphiti's MATCH
+        on those facts (from the kept rows). Kuzu planned graphiti's single query as a join
+        of its index's hits with every fact: 6.9 ms of Kuzu's time on a 2,000-turn bank,
+        34 ms on a 20,000-turn one. Same hits, filters and order as graphiti's (best score
+        first, at most `limit`, filtered after the top `limit`)."""
         shared = _SHARED.get()
         try:
             words = search_utils.fulltext_query(query, group_ids, self.driver)
@@ -603,41 +592,36 @@ class GraphIndex:
             if words:
                 await self.ready()
                 hits = await self._word_hits("facts", words, limit)
-            if hits is None:
-                hits, _, _ = await self.driver.execute_query(_FACT_WORDS, query=words, limit=limit)
             where, params = _fact_filters(search_filter, group_ids)
         except BaseException:
             if shared is not None:
                 await shared.leave()
             raise
-        ranked = [r["uuid"] for r in sorted(hits or [], key=lambda r: -r["score"])]
+        ranked = [r["uuid"] for r in hits]          # best first
         rows = await self._in_order(ranked, where, params, limit, shared, self.fact_rows)
         return [get_entity_edge_from_record(r, GraphProvider.KUZU) for r in rows]
 
-    async def _word_hits(self, kind: str, query: str, limit: int) -> list[dict] | None:
-        """The word index's best `limit` facts or entities for `query` (uuid, score), or
-        None when Kuzu must answer (no index, a wildcard)."""
+    async def _word_hits(self, kind: str, query: str, limit: int) -> list[dict]:
+        """The word index's best `limit` facts or entities for `query` (uuid, score), best
+        first (after `ready`)."""
         index = self.words[kind]
-        asked = index.query_words(query) if index is not None else None
-        if index is None or asked is None:
-            return None
+        assert index is not None
+        asked = index.query_words(query)
         unknown = [w for w in asked if w not in index.stems]
         if unknown:
             index.stems |= {r["word"]: r["stem"] for r in await self._rows(STEMS_QUERY, words=unknown)}
         return [{"uuid": u, "score": x} for u, x in index.top([index.stems.get(w, w) for w in asked], limit)]
 
     async def nodes_by_words(self, query: str, search_filter: SearchFilters, group_ids,
-                             limit: int) -> list | None:
+                             limit: int) -> list:
         """graphiti's fulltext search of entities, its hits from the word index and its
-        rows from the kept ones (None when Kuzu must answer: no index, a wildcard). Same
-        hits and filters (the best `limit` words first, filtered after)."""
+        rows from the kept ones. Same hits and filters (the best `limit` words first,
+        filtered after)."""
         words = search_utils.fulltext_query(query, group_ids, self.driver)
         if not words:
             return []
         await self.ready()
         hits = await self._word_hits("entities", words, limit)
-        if hits is None:
-            return None
         where, params = _node_filters(search_filter, group_ids)
         rows = await self._in_order([h["uuid"] for h in hits], where, params, limit, read=self.node_rows)
         return [get_entity_node_from_record(r, GraphProvider.KUZU) for r in rows]
@@ -1021,9 +1005,9 @@ def _row_test(search_filter: SearchFilters, params: dict, group_ids) -> Callable
 
 
 class _Interface(SearchInterface):
-    """graphiti's search seam: the cosine and fulltext searches of facts and entities from
-    the index, the rest graphiti's own (called with the bank's driver, which has no search
-    interface)."""
+    """graphiti's search seam for our search: the cosine and fulltext searches of facts and
+    entities from the index, the rest graphiti's own (called with the bank's driver, whose
+    seam is _Words)."""
     _index: GraphIndex = PrivateAttr()
 
     def __init__(self, index: GraphIndex):
@@ -1034,10 +1018,7 @@ class _Interface(SearchInterface):
         return await self._index.edges_by_words(query, search_filter, group_ids, limit)
 
     async def node_fulltext_search(self, driver, query, search_filter, group_ids=None, limit=100):
-        found = await self._index.nodes_by_words(query, search_filter, group_ids, limit)
-        if found is None:
-            return await search_utils.node_fulltext_search(driver.inner, query, search_filter, group_ids, limit)
-        return found
+        return await self._index.nodes_by_words(query, search_filter, group_ids, limit)
 
     async def episode_fulltext_search(self, driver, query, search_filter, group_ids=None, limit=100):
         return await search_utils.episode_fulltext_search(driver.inner, query, search_filter, group_ids, limit)
@@ -1058,24 +1039,60 @@ class _Interface(SearchInterface):
         return await self._index.nodes(search_vector, search_filter, group_ids, limit, min_score)
 
 
-class IndexedDriver:
-    """The bank's driver as graphiti's search sees it: the same, with our search interface."""
+class _Words(SearchInterface):
+    """graphiti's seam on the bank's own driver (what `add_episode` resolves facts and
+    entities with): the searches by words from the word index, since a bank has no Kuzu
+    full-text index (kuzu_repair.py); the others graphiti's own."""
+    _index: GraphIndex = PrivateAttr()
+    _plain: Any = PrivateAttr()
 
-    def __init__(self, inner, index: GraphIndex):
+    def __init__(self, index: GraphIndex, plain):
+        super().__init__()
+        self._index, self._plain = index, plain
+
+    async def edge_fulltext_search(self, driver, query, search_filter, group_ids=None, limit=100):
+        return await self._index.edges_by_words(query, search_filter, group_ids, limit)
+
+    async def node_fulltext_search(self, driver, query, search_filter, group_ids=None, limit=100):
+        return await self._index.nodes_by_words(query, search_filter, group_ids, limit)
+
+    async def episode_fulltext_search(self, driver, query, search_filter, group_ids=None, limit=100):
+        return await search_utils.episode_fulltext_search(self._plain, query, search_filter, group_ids, limit)
+
+    async def edge_similarity_search(self, driver, search_vector, source_node_uuid, target_node_uuid,
+                                     search_filter, group_ids=None, limit=100, min_score=0.7):
+        return await search_utils.edge_similarity_search(
+            self._plain, search_vector, source_node_uuid, target_node_uuid, search_filter, group_ids,
+            limit, min_score)
+
+    async def node_similarity_search(self, driver, search_vector, search_filter, group_ids=None,
+                                     limit=100, min_score=0.7):
+        return await search_utils.node_similarity_search(self._plain, search_vector, search_filter,
+                                                         group_ids, limit, min_score)
+
+
+class IndexedDriver:
+    """The bank's driver with another search interface (None: graphiti's own searches,
+    which would call Kuzu's full-text indexes)."""
+
+    def __init__(self, inner, interface: SearchInterface | None):
         self.inner = inner
-        self.search_interface = _Interface(index)
+        self.search_interface = interface
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
 
 def attach(driver, group_id: str) -> GraphIndex | None:
-    """A Kuzu bank's index, watching its driver's writes from now on; None for Neo4j."""
+    """A Kuzu bank's index, watching its driver's writes from now on; None for Neo4j. Our
+    search runs on `index.search_driver` (every search seam ours); graphiti's own calls on
+    the driver find their searches by words in the index too."""
     if driver.provider != GraphProvider.KUZU:
         return None
     index = GraphIndex(driver, group_id)
     driver.observers.append(index.observe)
-    index.search_driver = IndexedDriver(driver, index)  # type: ignore[attr-defined]
+    index.search_driver = IndexedDriver(driver, _Interface(index))  # type: ignore[attr-defined]
+    driver.search_interface = _Words(index, IndexedDriver(driver, None))
     return index
 
 

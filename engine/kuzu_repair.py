@@ -1,10 +1,10 @@
 """Crash-safe repair of a Kuzu bank before it is opened (see repair_after_unclean_exit), and
 the files that mark a bank's state beside its database.
 
-Kuzu 0.11.3 leaves its full-text indexes inconsistent after replaying the log of a killed
-owner, can crash replaying a log a kill cut short, and an interrupted repair of an older
-version could leave indexes it can neither drop nor recreate: each is repaired here, and
-each repair survives a kill at any point (tests/test_store_repair.py kills it at each).
+Kuzu 0.11.3 can crash replaying a log a kill cut short, and an older version's banks have
+full-text indexes (which Kuzu left inconsistent after replaying a killed owner's log) and the
+damage an interrupted repair of theirs could leave: each is dealt with here, and each repair
+survives a kill at any point (tests/test_store_repair.py kills it at each).
 """
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from graphiti_core.graph_queries import get_fulltext_indices
 
 from memoryplus.config.paths import fsync_dir
 from memoryplus.engine.errors import StoreError
+from memoryplus.engine.word_index import STOPWORDS_TABLE
 
 log = logging.getLogger("memoryplus.store")
 
@@ -31,7 +32,6 @@ REBUILD_DIR = "rebuild"             # a bank rebuilt from an export of its damag
 _DONE = "complete"                  # written last: the copy in that directory is whole
 # Test only: kill this process at a named point of the repair (see _test_kill_point).
 TEST_KILL_IN_REPAIR_ENV = "MEMORYPLUS_TEST_KILL_IN_REPAIR"
-_LEFTOVER = "Please drop or rename the table"   # Kuzu: an index half-created by a killed process
 # The address space a Kuzu database reserves (its largest possible file). Kuzu's default, 8 TiB,
 # lets a process open only 15 databases before mmap fails (47-bit address space): the 16th
 # bank of a worker would not open. A bank of 20,000 turns is ~1 GB; 256 GiB leaves ~500 banks.
@@ -161,12 +161,11 @@ def _finish_rebuild(bank_dir: Path, bank_name: str) -> None:
     _remove_tree(rebuild)
 
 
-# The full-text indexes anything queries: entities (graphiti's search and its node dedupe)
-# and facts (its search and its fact resolution). graphiti's indexes of turns and communities
-# are searched by nothing here (the turn index ranks turns, no communities are built), yet
-# each cost about 12 MB per open bank and an index update per stored turn (issue 16): a bank
-# has neither, and an older bank's are dropped when it opens (store.ensure_fulltext_indexes).
-SEARCHED_FULLTEXT_INDEXES = frozenset({"node_name_and_summary", "edge_name_and_fact"})
+# A Kuzu bank has no full-text index. graphiti's searches of facts and entities by words are
+# answered by the word index (word_index.py), and nothing searches its turns or communities by
+# words. Kuzu's indexes cost an open bank 33 MB (of 64 MB: ~12 MB each and 8 MB for their
+# stop-word table), an index update per write, and they were what an unclean exit left
+# inconsistent. An older bank's are dropped by its first check here (NO_FULLTEXT_INDEXES).
 
 
 def graphiti_fulltext_indexes() -> list[tuple[str, str, str]]:
@@ -179,18 +178,8 @@ def graphiti_fulltext_indexes() -> list[tuple[str, str, str]]:
     return out
 
 
-def fulltext_indexes() -> list[tuple[str, str, str]]:
-    """The full-text indexes a bank has: those searched."""
-    return [i for i in graphiti_fulltext_indexes() if i[1] in SEARCHED_FULLTEXT_INDEXES]
-
-
-def unsearched_fulltext_indexes() -> list[tuple[str, str]]:
-    """(table, index) of graphiti's full-text indexes a bank no longer keeps."""
-    return [(t, i) for t, i, _ in graphiti_fulltext_indexes() if i not in SEARCHED_FULLTEXT_INDEXES]
-
-
 class _Damaged(Exception):
-    """The database opens but one of its indexes cannot be rebuilt in place."""
+    """The database opens but one of its indexes cannot be dropped in place."""
 
 
 def repair_after_unclean_exit(bank_dir: Path, bank_name: str, buffer_pool_mb: int,
@@ -198,21 +187,20 @@ def repair_after_unclean_exit(bank_dir: Path, bank_name: str, buffer_pool_mb: in
     """Make a bank consistent before it is opened; safe against a kill at any point.
     `owner_pid`: the live process owner.json names (store.py), if any.
 
-    1. Rebuild the full-text indexes of a bank whose last owner died with writes not yet
-       checkpointed (kill -9, out of memory, power loss). Kuzu 0.11.3 replays the write-ahead
-       log on the next open but leaves its FTS indexes inconsistent: keyword search misses
-       episodes, and deleting an Episodic node crashes the process with a segmentation
-       fault. Dropping and recreating the indexes after the replay fixes both. The marker: a
-       non-empty WAL while the owner recorded in owner.json is gone.
-    2. That repair is itself crash-safe: the database and its log are copied to
-       `repair-backup/` first; a process killed while the indexes are dropped or half
-       created (which left Kuzu with index tables it can neither drop nor recreate, or
-       `Cannot find table catalog entry`) leaves the copy, and the next open restores it and
-       repairs again. The copy is deleted only after the checkpoint.
-    3. A bank damaged that way by an older version (an index missing and impossible to
-       create) is rebuilt: exported with Kuzu's EXPORT DATABASE, imported into a fresh
-       database, indexes created, then swapped in (also crash-safe: rebuild/ is used only
-       once complete).
+    1. A bank whose last owner died with writes not yet checkpointed (kill -9, out of
+       memory, power loss; the marker: a non-empty WAL while the owner recorded in
+       owner.json is gone) has its log replayed in a child process first (Kuzu can crash
+       replaying it), then is checked as below and checkpointed.
+    2. Checked once (INDEXES_CHECKED), and after each unclean exit: the full-text indexes an
+       older version kept (Kuzu left them inconsistent after a replay: keyword search missed
+       turns, deleting one crashed the process) are dropped with their stop-word table.
+    3. That repair is itself crash-safe: the database and its log are copied to
+       `repair-backup/` first; a process killed meanwhile leaves the copy, and the next
+       open restores it and repairs again. The copy is deleted only after the checkpoint.
+    4. A bank whose index cannot be dropped (an older version's interrupted repair could
+       leave `Cannot find table catalog entry`) or that fails otherwise is rebuilt: exported
+       with Kuzu's EXPORT DATABASE, imported into a fresh database, then swapped in (also
+       crash-safe: rebuild/ is used only once complete).
     """
     _finish_rebuild(bank_dir, bank_name)
     _check_files(bank_dir, bank_name)
@@ -228,13 +216,13 @@ def repair_after_unclean_exit(bank_dir: Path, bank_name: str, buffer_pool_mb: in
     except OSError:
         unclean = False
     if not unclean and (bank_dir / INDEXES_CHECKED).exists():
-        return          # a clean bank whose indexes were checked once: nothing to do
+        return          # a clean bank checked once (its full-text indexes dropped): nothing to do
     t0 = time.monotonic()
     backup = _take_backup(bank_dir) if unclean else None
     if backup is not None:
         _replay_log_safely(bank_dir, bank_name, buffer_pool_mb, backup)
     try:
-        _check_and_repair(bank_dir, bank_name, buffer_pool_mb, rebuild_indexes=unclean)
+        _check_and_repair(bank_dir, bank_name, buffer_pool_mb)
     except _Damaged as exc:
         _rebuild(bank_dir, bank_name, buffer_pool_mb, str(exc))   # StoreError: keep the copy
     except RuntimeError as exc:
@@ -251,15 +239,16 @@ def repair_after_unclean_exit(bank_dir: Path, bank_name: str, buffer_pool_mb: in
     if backup is not None:
         _test_kill_point("before_backup_removed")
         _drop_backup(backup)
-        log.warning("bank %r: rebuilt its full-text indexes after an unclean exit (%.2f s)",
-                    bank_name, time.monotonic() - t0)
+        log.warning("bank %r: repaired after an unclean exit (%.2f s)", bank_name,
+                    time.monotonic() - t0)
 
 
 CREATED_MARKER = "kuzu-created"   # written once the bank's database exists
-# Written once a clean bank's full-text indexes were found whole (banks an interrupted repair
-# of an older version damaged are found and rebuilt on their first open); the check then runs
-# only after an unclean exit.
-INDEXES_CHECKED = "indexes-checked"
+# Written once a bank's full-text indexes were dropped (or found absent: banks an interrupted
+# repair of an older version damaged are rebuilt on their first open); the check then runs only
+# after an unclean exit. A new name: banks that kept two indexes under the old one
+# ("indexes-checked") are checked once more.
+INDEXES_CHECKED = "no-fulltext-indexes"
 
 
 def damaged(bank_name: str, bank_dir: Path, what: str) -> StoreError:
@@ -376,41 +365,29 @@ def _is_lock_error(text: str) -> bool:
     return "could not set lock" in text.lower()
 
 
-def _check_and_repair(bank_dir: Path, bank_name: str, buffer_pool_mb: int, *,
-                      rebuild_indexes: bool) -> None:
+def _check_and_repair(bank_dir: Path, bank_name: str, buffer_pool_mb: int) -> None:
+    """Drop the full-text indexes (and their stop-word table) an older bank has; one that
+    cannot be dropped (its catalog entry points at a dropped table, Kuzu refuses) makes the
+    bank one to rebuild (_Damaged)."""
     db = database(bank_dir / "graph.kuzu", buffer_pool_mb)
     conn = kuzu.Connection(db)
     try:
-        tables = {r[0] for r in conn.execute("CALL SHOW_TABLES() RETURN name").get_all()}
         have = {(r[0], r[1]) for r in
                 conn.execute("CALL SHOW_INDEXES() RETURN table_name, index_name").get_all()}
-        for table, index, create in fulltext_indexes():
-            if table not in tables:
-                continue                           # graphiti creates the schema and indexes
-            if rebuild_indexes and (table, index) in have:
-                # names come from graphiti's constant list, never from user input
+        for table, index, _create in graphiti_fulltext_indexes():
+            if (table, index) not in have:
+                continue
+            try:    # names come from graphiti's constant list, never from user input
                 conn.execute(f"CALL DROP_FTS_INDEX('{table}', '{index}')")
-                _test_kill_point("after_drop")
-            elif (table, index) in have:
-                continue
-            _test_kill_point("create")
-            try:
-                conn.execute(create)
             except RuntimeError as exc:
-                if _LEFTOVER in str(exc):
-                    raise _Damaged(f"index {index} of {table} cannot be recreated in place") from None
-                log.warning("bank %r: recreating %s failed: %s", bank_name, index, exc)
-        # A query through each index: an index whose catalog entry points at a dropped table
-        # (Kuzu: "Cannot find table catalog entry with id ...") fails here, not when listed.
-        for table, index, _create in fulltext_indexes():
-            if table not in tables:
-                continue
-            try:
-                conn.execute(f"CALL QUERY_FTS_INDEX('{table}', '{index}', 'memoryplus') "
-                             f"RETURN node LIMIT 1")
-            except RuntimeError as exc:
-                raise _Damaged(f"index {index} of {table} fails: "
+                raise _Damaged(f"index {index} of {table} cannot be dropped: "
                                f"{str(exc).splitlines()[0][:200]}") from None
+            _test_kill_point("after_drop")
+        conn.execute("CALL enable_internal_catalog=true")
+        tables = {r[0] for r in conn.execute("CALL SHOW_TABLES() RETURN name").get_all()}
+        if STOPWORDS_TABLE in tables:
+            conn.execute(f"DROP TABLE {STOPWORDS_TABLE}")
+        conn.execute("CALL enable_internal_catalog=false")
         _test_kill_point("before_checkpoint")
         conn.execute("CHECKPOINT")
     finally:
@@ -433,15 +410,11 @@ def _rebuild(bank_dir: Path, bank_name: str, buffer_pool_mb: int, why: str) -> N
         finally:
             conn.close()
             db.close()
-        (export / "index.cypher").write_text("")   # the indexes are created below, cleanly
+        (export / "index.cypher").write_text("")   # a bank keeps no full-text index
         db = database(rebuild / "graph.kuzu", buffer_pool_mb)
         conn = kuzu.Connection(db)
         try:
             conn.execute(f"IMPORT DATABASE '{_cypher_path(export)}'")
-            tables = {r[0] for r in conn.execute("CALL SHOW_TABLES() RETURN name").get_all()}
-            for table, _index, create in fulltext_indexes():
-                if table in tables:
-                    conn.execute(create)
             conn.execute("CHECKPOINT")
         finally:
             conn.close()

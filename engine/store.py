@@ -21,8 +21,8 @@ from graphiti_core.driver.driver import GraphDriver, GraphProvider
 
 from memoryplus.engine.errors import BankLockedError, StoreError, WriteStoreError
 from memoryplus.engine.kuzu_repair import (
-    CREATED_MARKER, damaged, database, fulltext_indexes, is_address_space_error, repair_after_unclean_exit,
-    unsearched_fulltext_indexes)
+    CREATED_MARKER, INDEXES_CHECKED, damaged, database, graphiti_fulltext_indexes, is_address_space_error,
+    repair_after_unclean_exit)
 
 log = logging.getLogger("memoryplus.store")
 _PATCH_LOCK = threading.Lock()
@@ -222,19 +222,15 @@ async def create_fulltext_index(driver: GraphDriver, create: str) -> None:
             raise
 
 
-async def ensure_fulltext_indexes(driver: GraphDriver) -> None:
-    """graphiti 0.31.2 bug 2: KuzuDriver never builds its full-text indexes, and building them
-    twice fails; build the missing ones (asking first: the driver logs a failed statement as
-    an ERROR, three on every bank open). Only the indexes something searches
-    (kuzu_repair.SEARCHED_FULLTEXT_INDEXES); the others an older bank has are dropped."""
-    rows, _, _ = await driver.execute_query("CALL SHOW_INDEXES() RETURN table_name, index_name")
-    have = {(r["table_name"], r["index_name"]) for r in rows}
-    for table, index, create in fulltext_indexes():
-        if (table, index) not in have:
+async def add_graphiti_fulltext_indexes(driver: GraphDriver, bank_dir: Path,
+                                        tables=("Entity", "RelatesToNode_")) -> None:
+    """graphiti's own full-text indexes of `tables`, for stock graphiti's searches (the
+    bench's and tests' baselines): a bank keeps none (kuzu_repair.py), and graphiti 0.31.2's
+    KuzuDriver never builds them (bug 2). The bank drops them at its next open."""
+    for table, _index, create in graphiti_fulltext_indexes():
+        if table in tables:
             await create_fulltext_index(driver, create)
-    for table, index in unsearched_fulltext_indexes():
-        if (table, index) in have:   # names from graphiti's constant list, never user input
-            await driver.execute_query(f"CALL DROP_FTS_INDEX('{table}', '{index}')")
+    (bank_dir / INDEXES_CHECKED).unlink(missing_ok=True)
 
 
 async def ensure_turn_vectors(driver: GraphDriver) -> None:

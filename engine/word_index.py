@@ -1,20 +1,22 @@
 """BM25 over a bank's facts (or entities) in memory, scored as Kuzu's full-text index does.
 
-graphiti's fulltext searches are Kuzu 0.11.3's `QUERY_FTS_INDEX` on
+graphiti's fulltext searches of a Kuzu bank are answered here; the bank has no Kuzu
+full-text index. graphiti's own are Kuzu 0.11.3's `QUERY_FTS_INDEX` on
 `RelatesToNode_.edge_name_and_fact` and `Entity.node_name_and_summary`: 7 and 3 ms of
-Kuzu's time a search at 20,000 turns, growing with the bank, and wrong once a query word is
+Kuzu's time a search at 20,000 turns, growing with the bank, wrong once a query word is
 held by 1,000 rows or more (Kuzu's dense scan skips live documents stored after deleted
 ones, and graphiti's saves delete and re-add a row's document: 47% of the facts the dense
-bench questions reach were never scored; see docs/PERFORMANCE.md). Here every row is
-scored, by the same rules:
+bench questions reach were never scored; see docs/PERFORMANCE.md), and 33 MB of every open
+bank's memory with their stop-word table. Here every row is scored, by Kuzu's rules:
 
 - a document is a row's two texts (`name` and `fact`, or `name` and `summary`), each on its
   own: every run of digits and ASCII punctuation becomes a space (Kuzu's default ignore
   pattern), lower-cased (Python's `lower`, Kuzu's on all but 44 rare code points), split on
-  spaces, Kuzu's own stop words dropped (its `default_english_stopwords` table), each word
+  spaces, Kuzu's own stop words dropped (`kuzu_stopwords`), each word
   stemmed by Kuzu's own `stem(word, 'english')` (asked in batches, remembered); its length
   is its number of terms;
-- a query is normalised the same way, its stop words kept, each distinct stem counted once;
+- a query is normalised the same way (`*` and `?` too: no wildcards), its stop words kept,
+  each distinct stem counted once;
 - score = Σ log10((N − df + 0.5) / (df + 0.5) + 1) · tf (k + 1) / (tf + k (1 − b + b · len / avglen)),
   k 1.2, b 0.75, N and avglen over every row of the table (Kuzu's index holds them all).
 
@@ -31,10 +33,27 @@ import numpy as np
 
 K1, B = 1.2, 0.75
 _IGNORE = re.compile(r"[0-9!@#$%^&*()_+={}\[\]:;<>,.?~/\\|'\"`-]+")   # Kuzu's default, for documents
-_IGNORE_QUERY = re.compile(r"[0-9!@#$%^&()_+={}\[\]:;<>,.~/\\|'\"`-]+")  # without * and ?: wildcards
 
-STOPWORDS_QUERY = "MATCH (s:default_english_stopwords) RETURN s.sw AS word"   # internal catalog
 STEMS_QUERY = "UNWIND $words AS w RETURN w AS word, stem(w, 'english') AS stem"
+STOPWORDS_TABLE = "default_english_stopwords"      # made by Kuzu with a full-text index
+
+
+def kuzu_stopwords() -> frozenset[str]:
+    """Kuzu's default English stop words, as its full-text indexes drop them: read from an
+    in-memory database given an index for the purpose (a bank keeps no such index, and
+    their table costs an open bank 8 MB). ~0.1 s; Kuzu needs no network for it."""
+    import kuzu
+    db = kuzu.Database(":memory:", buffer_pool_size=16 * 1024 * 1024)
+    conn = kuzu.Connection(db)
+    try:
+        conn.execute("CREATE NODE TABLE Doc(id INT64 PRIMARY KEY, text STRING)")
+        conn.execute("CALL CREATE_FTS_INDEX('Doc', 'doc_text', ['text'], stopWords := 'default')")
+        conn.execute("CALL enable_internal_catalog=true")
+        rows = conn.execute(f"MATCH (s:{STOPWORDS_TABLE}) RETURN s.sw").get_all()
+        return frozenset(r[0] for r in rows)
+    finally:
+        conn.close()
+        db.close()
 
 
 def words(text: str | None, pattern: re.Pattern = _IGNORE) -> list[str]:
@@ -130,13 +149,10 @@ class WordIndex:
 
     # ── search ─────────────────────────────────────────────────────────────────────────
     @staticmethod
-    def query_words(query: str) -> list[str] | None:
-        """A query's distinct words, or None when it holds a wildcard (`*`, `?`): only
-        Kuzu's own search expands those."""
-        ws = words(query, _IGNORE_QUERY)
-        if any("*" in w or "?" in w for w in ws):
-            return None
-        return list(dict.fromkeys(ws))
+    def query_words(query: str) -> list[str]:
+        """A query's distinct words (`*` and `?` split words as any punctuation: a bank has
+        no Kuzu full-text index that would expand them as wildcards)."""
+        return list(dict.fromkeys(words(query)))
 
     def top(self, stems: list[str], limit: int) -> list[tuple[str, float]]:
         """The best `limit` rows for a query's stems, best first, equal scores in slot

@@ -518,41 +518,58 @@ async def test_banks_are_recycled_when_idle_and_keep_their_memories(engine, monk
 
 
 def _fulltext_indexes(bank_dir) -> set[str]:
+    """The bank's full-text indexes, and Kuzu's stop-word table of them if it is there."""
     import kuzu
+
+    from memoryplus.engine.word_index import STOPWORDS_TABLE
     db = kuzu.Database(str(bank_dir / "graph.kuzu"), buffer_pool_size=64 * 1024 * 1024)
     conn = kuzu.Connection(db)
     try:
-        return {r[0] for r in conn.execute("CALL SHOW_INDEXES() RETURN index_name").get_all()}
+        conn.execute("CALL enable_internal_catalog=true")
+        tables = {r[0] for r in conn.execute("CALL SHOW_TABLES() RETURN name").get_all()}
+        return ({r[0] for r in conn.execute("CALL SHOW_INDEXES() RETURN index_name").get_all()}
+                | ({STOPWORDS_TABLE} & tables))
     finally:
         conn.close()
         db.close()
 
 
-async def test_a_bank_keeps_only_the_full_text_indexes_something_searches(make_engine, tmp_path):
-    """graphiti's Kuzu indexes of turns and communities are searched by nothing (the turn
-    index ranks turns), yet each costs memory per open bank and work per stored turn. A new
-    bank has neither; a bank an older version made with them loses them when it opens, and
-    still finds its turns and stores new ones."""
+async def test_a_bank_keeps_no_full_text_index(make_engine, tmp_path):
+    """graphiti's searches by words are answered by the word index, so Kuzu's full-text
+    indexes (and their stop-word table) are only a cost: 33 MB of an open bank's memory and
+    work at every write. A new bank has none; a bank an older version made with all four of
+    graphiti's loses them when it opens, and still finds its turns, facts and entities by
+    their words and stores new ones."""
     import kuzu
+
+    from memoryplus.engine.kuzu_repair import graphiti_fulltext_indexes
+    from memoryplus.engine.search_ops import search_filter
     data = tmp_path / "data"
     eng = make_engine(data)
     await eng.ingest(BANK, [turn(i, f"I visited Museum{i} in Vienna") for i in range(3)])
     bank_dir = eng.banks[BANK].dir
     await eng.close()
-    assert _fulltext_indexes(bank_dir) == {"node_name_and_summary", "edge_name_and_fact"}
+    assert _fulltext_indexes(bank_dir) == set()
     db = kuzu.Database(str(bank_dir / "graph.kuzu"), buffer_pool_size=64 * 1024 * 1024)
-    conn = kuzu.Connection(db)      # what an older version left: all four of graphiti's
-    conn.execute("CALL CREATE_FTS_INDEX('Episodic', 'episode_content', ['content', 'source', "
-                 "'source_description'])")
-    conn.execute("CALL CREATE_FTS_INDEX('Community', 'community_name', ['name'])")
+    conn = kuzu.Connection(db)      # what an older version left
+    for _table, _index, create in graphiti_fulltext_indexes():
+        conn.execute(create)
     conn.close()
     db.close()
+    (bank_dir / "no-fulltext-indexes").unlink(missing_ok=True)   # as an older version left it
+    (bank_dir / "indexes-checked").write_text("")
+    assert len(_fulltext_indexes(bank_dir)) == 5
     again = make_engine(data)
     await again.ingest(BANK, [turn(3, "I visited Museum3 in Graz")])
     assert "Museum1" in texts(await again.search(BANK, "Museum1 Vienna"))
     assert "Museum3" in texts(await again.search(BANK, "Museum3 Graz"))
+    names = {e["name"] for e in await again.browse(BANK, "entities")}
+    assert "Museum3" in names
+    bank = again.banks[BANK]
+    found = await bank.graph_index.nodes_by_words("Museum3", search_filter(None), [bank.slug], 10)
+    assert "Museum3" in {n.name for n in found}, "an entity found by its words"
     await again.close()
-    assert _fulltext_indexes(bank_dir) == {"node_name_and_summary", "edge_name_and_fact"}
+    assert _fulltext_indexes(bank_dir) == set()
 
 
 @pytest.mark.option("search_depth")

@@ -68,11 +68,11 @@ async def _stock_graphiti(server, db, turns) -> tuple[int, int]:
     from memoryplus.config.schema import Settings
     from memoryplus.engine.embedders import LocalEmbedder
     from memoryplus.engine.providers import OverlapReranker, build_llm
-    from memoryplus.engine.store import ensure_fulltext_indexes
+    from memoryplus.engine.store import add_graphiti_fulltext_indexes
     from memoryplus.wire.records import Credentials
     driver = KuzuDriver(db=str(db))
     driver._database = ""                    # graphiti 0.31.2 bug: add_episode(group_id=...) reads it
-    await ensure_fulltext_indexes(driver)
+    await add_graphiti_fulltext_indexes(driver, db.parent)
     g = Graphiti(graph_driver=driver, llm_client=build_llm(Settings(**llm_settings(server)), Credentials()),
                  embedder=LocalEmbedder(), cross_encoder=OverlapReranker())
     for turn in turns:
