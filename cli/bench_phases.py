@@ -445,6 +445,7 @@ def phase_stock_graphiti_search(banks_dir: Path, queries: list[str], out: dict) 
     from memoryplus.engine.embedders import LocalEmbedder
     from memoryplus.engine.providers import OverlapReranker
     from memoryplus.engine.search_ops import clean_query, search_filter
+    from memoryplus.engine.store import add_graphiti_fulltext_indexes
     from memoryplus.wire.banks import BankDirectory, slug
     from memoryplus.config.schema import Settings
 
