@@ -53,7 +53,8 @@ from graphiti_core.search.search_filters import (
 from pydantic import PrivateAttr
 
 from memoryplus.engine.store import WRITE
-from memoryplus.engine.word_index import STEMS_QUERY, WordIndex, kuzu_stopwords
+from memoryplus.engine.stopwords import KUZU_STOPWORDS
+from memoryplus.engine.word_index import STEMS_QUERY, WordIndex
 
 log = logging.getLogger("memoryplus.graph_index")
 
@@ -74,7 +75,6 @@ _TEXTS = {"facts": "MATCH (x:RelatesToNode_) {} RETURN x.uuid AS uuid, x.name AS
           "entities": "MATCH (x:Entity) {} RETURN x.uuid AS uuid, x.name AS name, x.summary AS text"}
 _ALL_UUIDS = {"facts": "MATCH (x:RelatesToNode_) RETURN x.uuid AS uuid",
               "entities": "MATCH (x:Entity) RETURN x.uuid AS uuid"}
-_STOPWORDS: frozenset[str] | None = None        # Kuzu's, the same for every bank: read once
 # graphiti's MATCH of facts (joined with their two entities) and its rows, and the facts
 # alone, for Kuzu's filters (GraphIndex.fact_rows)
 _JOINED = "MATCH (n:Entity)-[:RELATES_TO]->(e:RelatesToNode_)-[:RELATES_TO]->(m:Entity) "
@@ -500,18 +500,11 @@ class GraphIndex:
         asked again read; after deletions, the rows no longer there dropped and those not
         held read), while nothing is written meanwhile (else built again; after three tries
         it answers as built, and every row is listed again at the next search)."""
-        global _STOPWORDS
-        if _STOPWORDS is None:
-            try:
-                _STOPWORDS = await asyncio.to_thread(kuzu_stopwords)
-            except Exception as e:      # Kuzu fails to make a database in memory
-                log.warning("Kuzu's stop words cannot be read (%s): no word is left out", e)
-                _STOPWORDS = frozenset()
         for _ in range(3):
             writes, words, unread = self.driver.writes, self.words[kind], self.unread[kind]
             self.unread[kind] = set()
             if words is None:
-                words = WordIndex(_STOPWORDS)
+                words = WordIndex(KUZU_STOPWORDS)
                 texts = await self._rows(_TEXTS[kind].format(""))
             else:
                 asked = set(unread or ())

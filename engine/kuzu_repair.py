@@ -23,7 +23,7 @@ from graphiti_core.graph_queries import get_fulltext_indices
 
 from memoryplus.config.paths import fsync_dir
 from memoryplus.engine.errors import StoreError
-from memoryplus.engine.word_index import STOPWORDS_TABLE
+from memoryplus.engine.stopwords import STOPWORDS_TABLE
 
 log = logging.getLogger("memoryplus.store")
 

@@ -12,7 +12,7 @@ bank's memory with their stop-word table. Here every row is scored, by Kuzu's ru
 - a document is a row's two texts (`name` and `fact`, or `name` and `summary`), each on its
   own: every run of digits and ASCII punctuation becomes a space (Kuzu's default ignore
   pattern), lower-cased (Python's `lower`, Kuzu's on all but 44 rare code points), split on
-  spaces, Kuzu's own stop words dropped (`kuzu_stopwords`), each word
+  spaces, Kuzu's own stop words dropped (engine/stopwords.py), each word
   stemmed by Kuzu's own `stem(word, 'english')` (asked in batches, remembered); its length
   is its number of terms;
 - a query is normalised the same way (`*` and `?` too: no wildcards), its stop words kept,
@@ -35,25 +35,6 @@ K1, B = 1.2, 0.75
 _IGNORE = re.compile(r"[0-9!@#$%^&*()_+={}\[\]:;<>,.?~/\\|'\"`-]+")   # Kuzu's default, for documents
 
 STEMS_QUERY = "UNWIND $words AS w RETURN w AS word, stem(w, 'english') AS stem"
-STOPWORDS_TABLE = "default_english_stopwords"      # made by Kuzu with a full-text index
-
-
-def kuzu_stopwords() -> frozenset[str]:
-    """Kuzu's default English stop words, as its full-text indexes drop them: read from an
-    in-memory database given an index for the purpose (a bank keeps no such index, and
-    their table costs an open bank 8 MB). ~0.1 s; Kuzu needs no network for it."""
-    import kuzu
-    db = kuzu.Database(":memory:", buffer_pool_size=16 * 1024 * 1024)
-    conn = kuzu.Connection(db)
-    try:
-        conn.execute("CREATE NODE TABLE Doc(id INT64 PRIMARY KEY, text STRING)")
-        conn.execute("CALL CREATE_FTS_INDEX('Doc', 'doc_text', ['text'], stopWords := 'default')")
-        conn.execute("CALL enable_internal_catalog=true")
-        rows = conn.execute(f"MATCH (s:{STOPWORDS_TABLE}) RETURN s.sw").get_all()
-        return frozenset(r[0] for r in rows)
-    finally:
-        conn.close()
-        db.close()
 
 
 def words(text: str | None, pattern: re.Pattern = _IGNORE) -> list[str]:

@@ -521,7 +521,7 @@ def _fulltext_indexes(bank_dir) -> set[str]:
     """The bank's full-text indexes, and Kuzu's stop-word table of them if it is there."""
     import kuzu
 
-    from memoryplus.engine.word_index import STOPWORDS_TABLE
+    from memoryplus.engine.stopwords import STOPWORDS_TABLE
     db = kuzu.Database(str(bank_dir / "graph.kuzu"), buffer_pool_size=64 * 1024 * 1024)
     conn = kuzu.Connection(db)
     try:

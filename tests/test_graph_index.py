@@ -682,3 +682,22 @@ def test_a_ranking_read_in_chunks_is_the_whole_stable_order():
     assert read == whole
     assert gone in read and gone not in vs.ranked(query, 0.1)[:]      # the write is the next search's
     assert ranked[5] == whole[5] and ranked[-1] == whole[-1] and ranked[3:0] == []
+
+
+def test_the_stop_words_kept_are_kuzus():
+    """The word index leaves out the words Kuzu's full-text index leaves out: the list kept
+    in engine/stopwords.py is the table Kuzu makes with an index (a database in memory here)."""
+    import kuzu
+
+    from memoryplus.engine.stopwords import KUZU_STOPWORDS, STOPWORDS_TABLE
+    db = kuzu.Database(":memory:", buffer_pool_size=16 * 1024 * 1024)
+    conn = kuzu.Connection(db)
+    try:
+        conn.execute("CREATE NODE TABLE Doc(id INT64 PRIMARY KEY, text STRING)")
+        conn.execute("CALL CREATE_FTS_INDEX('Doc', 'doc_text', ['text'], stopWords := 'default')")
+        conn.execute("CALL enable_internal_catalog=true")
+        kuzus = {r[0] for r in conn.execute(f"MATCH (s:{STOPWORDS_TABLE}) RETURN s.sw").get_all()}
+    finally:
+        conn.close()
+        db.close()
+    assert len(kuzus) > 500 and KUZU_STOPWORDS == kuzus
