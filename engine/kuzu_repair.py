@@ -165,7 +165,7 @@ def _finish_rebuild(bank_dir: Path, bank_name: str) -> None:
 # answered by the word index (word_index.py), and nothing searches its turns or communities by
 # words. Kuzu's indexes cost an open bank 33 MB (of 64 MB: ~12 MB each and 8 MB for their
 # stop-word table), an index update per write, and they were what an unclean exit left
-# inconsistent. An older bank's are dropped by its first check here (NO_FULLTEXT_INDEXES).
+# inconsistent. An older bank's are dropped by its first check here (INDEXES_CHECKED).
 
 
 def graphiti_fulltext_indexes() -> list[tuple[str, str, str]]:
