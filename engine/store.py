@@ -147,9 +147,10 @@ def outgrown(driver: GraphDriver, bank_dir: Path, setting_mb: int) -> bool:
 def open_kuzu(bank_dir: Path, bank_name: str, *, buffer_pool_mb: int, app: str) -> GraphDriver:
     from graphiti_core.driver import kuzu_driver as kd
 
+    from memoryplus.engine.kuzu_schema import LeanSchemaMixin
     from memoryplus.engine.kuzu_statements import PreparedStatementsMixin
 
-    class _Driver(CountingMixin, PreparedStatementsMixin, kd.KuzuDriver):
+    class _Driver(CountingMixin, LeanSchemaMixin, PreparedStatementsMixin, kd.KuzuDriver):
         pass
 
     bank_dir.mkdir(parents=True, exist_ok=True)

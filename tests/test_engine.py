@@ -541,6 +541,7 @@ async def test_a_bank_keeps_no_full_text_index(make_engine, tmp_path):
     graphiti's loses them when it opens, and still finds its turns, facts and entities by
     their words and stores new ones."""
     import kuzu
+    from graphiti_core.driver.kuzu_driver import SCHEMA_QUERIES
 
     from memoryplus.engine.kuzu_repair import graphiti_fulltext_indexes
     from memoryplus.engine.search_ops import search_filter
@@ -552,6 +553,7 @@ async def test_a_bank_keeps_no_full_text_index(make_engine, tmp_path):
     assert _fulltext_indexes(bank_dir) == set()
     db = kuzu.Database(str(bank_dir / "graph.kuzu"), buffer_pool_size=64 * 1024 * 1024)
     conn = kuzu.Connection(db)      # what an older version left
+    conn.execute(SCHEMA_QUERIES)
     for _table, _index, create in graphiti_fulltext_indexes():
         conn.execute(create)
     conn.close()
@@ -570,6 +572,114 @@ async def test_a_bank_keeps_no_full_text_index(make_engine, tmp_path):
     assert "Museum3" in {n.name for n in found}, "an entity found by its words"
     await again.close()
     assert _fulltext_indexes(bank_dir) == set()
+
+
+def _tables(bank_dir) -> set[str]:
+    import kuzu
+    db = kuzu.Database(str(bank_dir / "graph.kuzu"), buffer_pool_size=64 * 1024 * 1024)
+    conn = kuzu.Connection(db)
+    try:
+        return {r[0] for r in conn.execute("CALL SHOW_TABLES() RETURN name").get_all()}
+    finally:
+        conn.close()
+        db.close()
+
+
+async def test_a_bank_keeps_no_community_or_saga_table(make_engine, tmp_path):
+    """graphiti's Community and Saga tables (with HAS_MEMBER, HAS_EPISODE) hold what
+    MemoryPlus never makes, yet cost every open bank ~11 MB. A bank stores, finds and forgets
+    without ever making them; one an older version made with graphiti's whole schema loses
+    them (empty) when it opens, and keeps its memories."""
+    from graphiti_core.driver.kuzu_driver import SCHEMA_QUERIES
+
+    from memoryplus.engine.kuzu_schema import UNUSED_TABLES
+    data = tmp_path / "data"
+    eng = make_engine(data)
+    await eng.ingest(BANK, [turn(1, "My dentist is Dr Okafor in Leipzig"),
+                            turn(2, "I enjoy cooking Italian food", days=1)])
+    assert "Okafor" in texts(await eng.search(BANK, "dentist Okafor"))
+    report = await eng.forget(BANK, text="dentist Dr Okafor")
+    assert report.episodes_removed == 1
+    assert "okafor" not in texts(await eng.search(BANK, "dentist Okafor Leipzig")).lower()
+    bank_dir = eng.banks[BANK].dir
+    await eng.close()
+    tables = _tables(bank_dir)
+    assert {"Episodic", "Entity", "RelatesToNode_", "MENTIONS"} <= tables
+    assert not tables & set(UNUSED_TABLES)
+
+    import kuzu
+    db = kuzu.Database(str(bank_dir / "graph.kuzu"), buffer_pool_size=64 * 1024 * 1024)
+    conn = kuzu.Connection(db)      # what an older version left: graphiti's whole schema
+    conn.execute(SCHEMA_QUERIES)
+    conn.close()
+    db.close()
+    assert set(UNUSED_TABLES) <= _tables(bank_dir)
+    again = make_engine(data)
+    await again.ingest(BANK, [turn(3, "I visited Museum3 in Graz", days=2)])
+    assert "cooking" in texts(await again.search(BANK, "cooking")).lower()
+    assert "Museum3" in texts(await again.search(BANK, "Museum3 Graz"))
+    await again.close()
+    assert not _tables(bank_dir) & set(UNUSED_TABLES)
+
+
+async def test_a_bank_whose_community_table_cannot_be_dropped_keeps_all_of_them(make_engine, tmp_path):
+    """Kuzu refuses to drop a table an index refers to (after dropping the tables before it):
+    the bank then keeps every community and saga table, and stores, finds and forgets."""
+    import kuzu
+    from graphiti_core.driver.kuzu_driver import SCHEMA_QUERIES
+
+    from memoryplus.engine.kuzu_repair import INDEXES_CHECKED
+    from memoryplus.engine.kuzu_schema import UNUSED_TABLES
+    data = tmp_path / "data"
+    eng = make_engine(data)
+    await eng.ingest(BANK, [turn(1, "My dentist is Dr Okafor in Leipzig")])
+    bank_dir = eng.banks[BANK].dir
+    await eng.close()
+    db = kuzu.Database(str(bank_dir / "graph.kuzu"), buffer_pool_size=64 * 1024 * 1024)
+    conn = kuzu.Connection(db)
+    conn.execute(SCHEMA_QUERIES)
+    conn.execute("CALL CREATE_FTS_INDEX('Community', 'community_name', ['name'])")
+    conn.close()
+    db.close()
+    (bank_dir / INDEXES_CHECKED).write_text("")     # not the repair's to drop: checked already
+    again = make_engine(data)
+    await again.ingest(BANK, [turn(2, "I enjoy cooking Italian food", days=1)])
+    assert "cooking" in texts(await again.search(BANK, "cooking")).lower()
+    assert (await again.forget(BANK, text="dentist Dr Okafor")).episodes_removed == 1
+    assert "okafor" not in texts(await again.search(BANK, "dentist Okafor Leipzig")).lower()
+    await again.close()
+    assert set(UNUSED_TABLES) <= _tables(bank_dir)
+
+
+async def test_graphiti_communities_still_work_on_a_bank_without_their_table(make_engine, tmp_path):
+    """A graphiti call that needs the community tables makes them, and what it stores there
+    stays (a bank drops only empty ones)."""
+    from graphiti_core.nodes import CommunityNode
+    data = tmp_path / "data"
+    eng = make_engine(data)
+    await eng.ingest(BANK, [turn(1, "I enjoy cooking Italian food")])
+    bank = eng.banks[BANK]
+    assert await CommunityNode.get_by_group_ids(bank.driver, [bank.slug]) == []
+    node = CommunityNode(name="Cooking", group_id=bank.slug, labels=["Community"],
+                         summary="food", name_embedding=[0.1] * 8)
+    await node.save(bank.driver)
+    await bank.driver.execute_query("MATCH (n:Community {uuid: $uuid}) SET n.summary = $s",
+                                    uuid=node.uuid, s="Italian food")
+    bank_dir = bank.dir
+    await eng.close()
+    again = make_engine(data)
+    await again.ingest(BANK, [turn(2, "I visited Graz", days=1)])
+    bank = again.banks[BANK]
+    found = await CommunityNode.get_by_group_ids(bank.driver, [bank.slug])
+    assert [(c.name, c.summary) for c in found] == [("Cooking", "Italian food")]
+    await found[0].delete(bank.driver)
+    assert await CommunityNode.get_by_group_ids(bank.driver, [bank.slug]) == []
+    assert "cooking" in texts(await again.search(BANK, "cooking")).lower()
+    await again.close()
+    third = make_engine(data)
+    assert "cooking" in texts(await third.search(BANK, "cooking")).lower()
+    await third.close()
+    assert "Community" not in _tables(bank_dir), "dropped once empty again"
 
 
 @pytest.mark.option("search_depth")
