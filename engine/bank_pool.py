@@ -235,6 +235,26 @@ class BankPool:
                 self.banks[name] = bank
         return bank
 
+    async def bank_to_write(self, name: str) -> Bank:
+        """The bank, first reopened with a bigger buffer pool if its file has outgrown the one
+        it was opened with and nothing uses it. Kuzu fixes the pool at open and a checkpoint
+        needs pool in proportion to the file; maintenance reopens such a bank when idle, but a
+        bank written to without a pause (an import) was never idle: at 8,900 turns its 128 MB
+        pool was full, the part failed and the worker crashed (measured 2026-12-06)."""
+        bank = await self.bank(name)
+        if (bank.provider == GraphProvider.KUZU and self._unused(bank)
+                and store.outgrown(bank.driver, bank.dir, self.settings.kuzu_buffer_pool_mb)):
+            if bank.unflushed:
+                async with bank.write_lock:
+                    await self.checkpoint(bank)
+            await self.close_bank(bank, keep_turns=True)
+            bank = await self.bank(name)
+        return bank
+
+    @staticmethod
+    def _unused(bank: Bank) -> bool:
+        return bank.active == 0 and not bank.searching and not bank.write_lock.locked()
+
     async def _open(self, name: str) -> Bank:
         kept = self._kept_turns.pop(name, None)
         state = _file_state(self.dir.path(name))    # before opening writes to it
@@ -338,8 +358,7 @@ class BankPool:
             if bank.unflushed and bank.active == 0 and not bank.write_lock.locked():
                 async with bank.write_lock:
                     await self.checkpoint(bank)
-            if (bank.provider == GraphProvider.KUZU and bank.active == 0 and not bank.searching
-                    and not bank.write_lock.locked() and not bank.unflushed
+            if (bank.provider == GraphProvider.KUZU and self._unused(bank) and not bank.unflushed
                     and (getattr(bank.driver, "queries", 0) > RECYCLE_AFTER_QUERIES
                          or (idle_s and time.monotonic() - bank.used_at >= idle_s)
                          or store.outgrown(bank.driver, bank.dir, self.settings.kuzu_buffer_pool_mb))):

@@ -33,7 +33,7 @@ class IngestOps:
         self.writer = writer
 
     async def ingest(self, bank_name: str, turns: list[Turn], *, defer_flush: bool = False) -> IngestReport:
-        bank = await self.pool.bank(bank_name)
+        bank = await self.pool.bank_to_write(bank_name)
         turns = [t if isinstance(t, Turn) else Turn.model_validate(t) for t in turns]
         return await self.pool.run(bank, self.store_turns(bank, turns, defer_flush))
 

@@ -138,10 +138,18 @@ def pool_mb_for(bank_dir: Path, setting_mb: int) -> int:
     return max(setting_mb, min(need, half_ram))
 
 
+# A bank is reopened with a bigger pool once the pool its file now asks for is this much
+# bigger than the one it was opened with: each reopen then grows the pool by a quarter at
+# least (not once per written part), and a checkpoint still has room (it failed at a file of
+# ~1.9 times the pool: 128 MB full at 240 MB, 2026-12-06).
+OUTGROWN_BY = 1.25
+
+
 def outgrown(driver: GraphDriver, bank_dir: Path, setting_mb: int) -> bool:
-    """Whether a Kuzu bank has grown past the pool it was opened with (reopen it when idle)."""
+    """Whether a Kuzu bank has grown past the pool it was opened with (reopen it when
+    nothing uses it: bank_pool.BankPool.bank_to_write, maintain)."""
     pool = getattr(driver, "pool_mb", None)
-    return pool is not None and pool_mb_for(bank_dir, setting_mb) > pool
+    return pool is not None and pool_mb_for(bank_dir, setting_mb) > OUTGROWN_BY * pool
 
 
 def open_kuzu(bank_dir: Path, bank_name: str, *, buffer_pool_mb: int, app: str) -> GraphDriver:

@@ -631,6 +631,26 @@ def test_a_big_bank_gets_a_buffer_pool_in_proportion(tmp_path):
     assert store.outgrown(Opened(), tmp_path, 128)           # reopened (when idle) with more
     Opened.pool_mb = 832
     assert not store.outgrown(Opened(), tmp_path, 128)
+    Opened.pool_mb = 700           # grown, but by less than a quarter: not reopened for so little
+    assert not store.outgrown(Opened(), tmp_path, 128)
+
+
+async def test_a_bank_written_without_a_pause_is_reopened_with_a_bigger_pool(make_engine, monkeypatch):
+    """Kuzu fixes a bank's buffer pool at open, and a checkpoint needs pool in proportion to
+    the file. A bank that outgrows its pool while written to with no idle moment (an import)
+    is reopened with a bigger one before its next part, and keeps every turn."""
+    from memoryplus.engine import store
+    eng = make_engine()
+    await eng.ingest(BANK, turns(5))
+    first = eng.banks[BANK]
+    assert first.driver.pool_mb == 128
+    monkeypatch.setattr(store, "POOL_MARGIN_MB", 300)     # as if its file had grown past it
+    await eng.ingest(BANK, turns(10)[5:])
+    second = eng.banks[BANK]
+    assert second is not first and second.driver.pool_mb >= 300
+    await eng.ingest(BANK, turns(12)[10:])
+    assert eng.banks[BANK] is second, "not reopened again for a little more"
+    assert len(await eng.browse(BANK, "episodes", limit=50)) == 12
 
 
 async def test_when_a_turns_facts_ended_comes_from_the_kept_rows(engine):
