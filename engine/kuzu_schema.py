@@ -57,6 +57,7 @@ def for_lean_bank(cypher: str) -> str | None:
     return _IN_A_UNION.sub("", cypher)
 
 
+@lru_cache(maxsize=256)      # asked of every query a lean bank runs
 def names_unused(cypher: str) -> bool:
     return _NAMES_UNUSED.search(cypher) is not None
 
