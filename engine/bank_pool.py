@@ -141,6 +141,9 @@ class Bank:
     turns_pending: list | None = None  # while it is built: the writes to apply to it after
     graph_index: graph_index.GraphIndex | None = None  # Kuzu: the fact and entity vectors
     used_at: float = field(default_factory=time.monotonic)  # when an operation last ended
+    # Kuzu: the file's MB and whether the indexes had read it, when its pages were last given
+    # back (or at open): what its buffer pool may hold since (BankPool.maintain)
+    pages_mark: tuple[float, bool] = (0.0, False)
 
     @property
     def provider(self) -> GraphProvider:
@@ -308,6 +311,7 @@ class BankPool:
                     graphiti=graphiti, embedder=graphiti.embedder,
                     usage=UsageBook(bank_dir / "usage.json"), llm_usage=usage,
                     graph_index=graph_index.attach(driver, slug(name)))
+        bank.pages_mark = (store.file_mb(bank_dir), False)
         if kept is not None and kept[1] == state:
             bank.turns = kept[0]    # nobody wrote the bank while it was closed
         if self.recover is not None:
@@ -350,8 +354,9 @@ class BankPool:
         """Close Kuzu banks unused for `bank_idle_close_s` (a Kuzu database holds ~100 MB
         however small; the bank reopens on its next use), and those whose Kuzu memory has
         grown or whose file outgrew their buffer pool (they reopen with a bigger one), when
-        nothing is using them. Returns whether any bank was closed. The
-        worker calls this when idle."""
+        nothing is using them; gives back the pages others' pools hold without need (see
+        store.RELEASE_PAGES_MB). Returns whether any bank was closed. The worker calls this
+        when idle."""
         closed = False
         idle_s = self.settings.bank_idle_close_s
         for bank in list(self.banks.values()):
@@ -364,7 +369,38 @@ class BankPool:
                          or store.outgrown(bank.driver, bank.dir, self.settings.kuzu_buffer_pool_mb))):
                 await self.close_bank(bank, keep_turns=True)
                 closed = True
+            elif (bank.provider == GraphProvider.KUZU and self._unused(bank) and not bank.unflushed
+                    and self._stale_pages(bank)):
+                await self._give_pages_back(bank)
         return closed
+
+    @staticmethod
+    def _pages_mark(bank: Bank) -> tuple[float, bool]:
+        index = bank.graph_index
+        return store.file_mb(bank.dir), index is not None and index.sets is not None
+
+    def _stale_pages(self, bank: Bank) -> bool:
+        """Whether a Kuzu bank's pool may hold RELEASE_PAGES_MB of pages it no longer needs:
+        what it wrote since, or its whole file read by the first search's index build."""
+        (was_mb, was_read), (mb, read) = bank.pages_mark, self._pages_mark(bank)
+        return (mb - was_mb >= store.RELEASE_PAGES_MB
+                or (read and not was_read and mb >= store.RELEASE_PAGES_MB))
+
+    async def _give_pages_back(self, bank: Bank) -> None:
+        """Reopen an unused, flushed Kuzu bank in place (store.reopen_in_place): its indexes
+        and caches stay; reads wait meanwhile as for a transaction."""
+        async with bank.write_lock:
+            bank.in_transaction = True
+            bank.no_transaction.clear()
+            try:
+                await asyncio.to_thread(store.reopen_in_place, bank.driver, bank.dir)
+                bank.pages_mark = self._pages_mark(bank)
+            except StoreError as exc:
+                log.warning("%s", exc)
+                self.banks.pop(bank.name, None)
+            finally:
+                bank.in_transaction = False
+                bank.no_transaction.set()
 
     @staticmethod
     async def run(bank: Bank, coro):

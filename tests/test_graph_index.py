@@ -653,6 +653,78 @@ async def test_a_bank_written_without_a_pause_is_reopened_with_a_bigger_pool(mak
     assert len(await eng.browse(BANK, "episodes", limit=50)) == 12
 
 
+def _lock_is_held(db_file) -> bool:
+    """Whether another process fails to open the bank's database (Kuzu's file lock)."""
+    import subprocess
+    import sys
+    probe = subprocess.run([sys.executable, "-c", f"import kuzu; kuzu.Database({str(db_file)!r})"],
+                           capture_output=True, text=True, timeout=60)
+    return probe.returncode != 0 and "lock" in probe.stderr.lower()
+
+
+async def test_an_idle_bank_gives_back_its_pool_pages_and_keeps_its_indexes(make_engine, monkeypatch):
+    """Kuzu keeps every page it read or wrote until its pool is full. When the worker is idle,
+    a bank that wrote or read enough since is reopened in place: its database handle is new,
+    its indexes are the same objects (nothing read again), it finds and stores as before,
+    and it keeps its file lock. A bank in use, or with nothing new, is left alone."""
+    from memoryplus.engine import store
+    eng = make_engine()
+    await eng.ingest(BANK, turns(8))
+    before = [r.text for r in await eng.search(BANK, QUERIES[0])]
+    bank = eng.banks[BANK]
+    db, sets, turn_index = bank.driver.db, bank.graph_index.sets, bank.turns
+    monkeypatch.setattr(store, "RELEASE_PAGES_MB", 1e-6)     # this bank's file is small
+    bank.active = 1                                         # in use: left alone
+    await eng.maintain()
+    assert bank.driver.db is db
+    bank.active = 0
+    await eng.maintain()
+    assert bank.driver.db is not db, "reopened in place"
+    assert eng.banks[BANK] is bank and bank.graph_index.sets is sets and bank.turns is turn_index
+    assert _lock_is_held(bank.dir / "graph.kuzu")
+    texts = [r.text for r in await eng.search(BANK, QUERIES[0])]
+    assert texts == before
+    db = bank.driver.db
+    await eng.maintain()
+    assert bank.driver.db is db, "nothing written or read since: not reopened again"
+    await eng.ingest(BANK, [Turn(id="late", user="My parrot is called Kiwi.", time=T0 + timedelta(days=9))])
+    assert any("Kiwi" in r.text for r in await eng.search(BANK, "What is my parrot called?"))
+    await eng.maintain()
+    assert bank.driver.db is not db, "written since: reopened"
+    assert len(await eng.browse(BANK, "episodes", limit=50)) == 9
+    await eng.close()
+    await eng.stats(BANK)                                   # opened, its indexes not built
+    bank = eng.banks[BANK]
+    db = bank.driver.db
+    await eng.maintain()
+    assert bank.driver.db is db
+    await eng.search(BANK, QUERIES[1])                      # the index build reads the file
+    await eng.maintain()
+    assert bank.driver.db is not db, "read since: reopened"
+
+
+async def test_a_bank_that_cannot_reopen_in_place_leaves_the_pool_and_opens_on_next_use(make_engine, monkeypatch):
+    """If another process takes the file in the moment the bank is reopened in place, the
+    idle round goes on (no error), the bank leaves the pool, and its next use opens it anew
+    with everything stored."""
+    from memoryplus.engine import store
+    eng = make_engine()
+    await eng.ingest(BANK, turns(5))
+    await eng.search(BANK, QUERIES[0])
+    bank = eng.banks[BANK]
+    monkeypatch.setattr(store, "RELEASE_PAGES_MB", 1e-6)
+    real = store.database
+
+    def taken(path, pool_mb):
+        raise RuntimeError("IO exception: Could not set lock on file")
+    monkeypatch.setattr(store, "database", taken)
+    assert await eng.maintain() is False
+    assert BANK not in eng.banks and bank.driver.closed_by_us
+    monkeypatch.setattr(store, "database", real)
+    assert len(await eng.browse(BANK, "episodes", limit=50)) == 5
+    assert eng.banks[BANK] is not bank
+
+
 async def test_when_a_turns_facts_ended_comes_from_the_kept_rows(engine):
     """A turn whose facts were all replaced shows when they ended ("I live in Berlin" after
     "I live in Lisbon now"): taken from the kept fact rows, with no read of facts by uuid,
