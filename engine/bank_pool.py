@@ -351,11 +351,11 @@ class BankPool:
             self._neo4j = None
 
     async def maintain(self) -> bool:
-        """Close Kuzu banks unused for `bank_idle_close_s` (a Kuzu database holds ~100 MB
+        """Close Kuzu banks unused for `bank_idle_close_s` (a Kuzu database holds ~20 MB
         however small; the bank reopens on its next use), and those whose Kuzu memory has
         grown or whose file outgrew their buffer pool (they reopen with a bigger one), when
-        nothing is using them; gives back the pages others' pools hold without need (see
-        store.RELEASE_PAGES_MB). Returns whether any bank was closed. The worker calls this
+        nothing is using them; the others give back the pool pages they hold without need
+        (see store.RELEASE_PAGES_MB). Returns whether any bank was closed. The worker calls this
         when idle."""
         closed = False
         idle_s = self.settings.bank_idle_close_s

@@ -123,14 +123,17 @@ POOL_SHARE_OF_FILE = 0.75
 POOL_MARGIN_MB = 64
 
 
+def file_mb(bank_dir: Path) -> float:
+    try:
+        return (bank_dir / "graph.kuzu").stat().st_size / 1048576
+    except OSError:
+        return 0.0
+
+
 def pool_mb_for(bank_dir: Path, setting_mb: int) -> int:
     """The buffer pool a bank opens with: the setting, or more for a big bank (see above),
     never over half the machine's memory."""
-    try:
-        file_mb = (bank_dir / "graph.kuzu").stat().st_size / 1048576
-    except OSError:
-        file_mb = 0.0
-    need = int(POOL_MARGIN_MB + POOL_SHARE_OF_FILE * file_mb)
+    need = int(POOL_MARGIN_MB + POOL_SHARE_OF_FILE * file_mb(bank_dir))
     try:
         half_ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2 // 1048576
     except (ValueError, OSError, AttributeError):
@@ -276,12 +279,17 @@ def _close_leaked(bank_dir: Path, bank_name: str) -> None:
         log.warning("bank %r: closing the left-behind handle failed: %s", bank_name, exc)
 
 
-def close_kuzu(driver: GraphDriver, bank_dir: Path) -> None:
-    """Release the database and its file lock (graphiti's close() does not)."""
+def _forget(driver: GraphDriver, bank_dir: Path) -> None:
+    """The driver is closed: not one left behind to close at the bank's next open."""
     driver.closed_by_us = True  # type: ignore[attr-defined]
     ref = _OPEN_DRIVERS.get(_key(bank_dir))
     if ref is not None and ref() is driver:
         del _OPEN_DRIVERS[_key(bank_dir)]
+
+
+def close_kuzu(driver: GraphDriver, bank_dir: Path) -> None:
+    """Release the database and its file lock (graphiti's close() does not)."""
+    _forget(driver, bank_dir)
     try:
         driver.client.close()  # type: ignore[attr-defined]
     finally:
@@ -301,13 +309,6 @@ def close_kuzu(driver: GraphDriver, bank_dir: Path) -> None:
 RELEASE_PAGES_MB = 16
 
 
-def file_mb(bank_dir: Path) -> float:
-    try:
-        return (bank_dir / "graph.kuzu").stat().st_size / 1048576
-    except OSError:
-        return 0.0
-
-
 def reopen_in_place(driver: GraphDriver, bank_dir: Path) -> None:
     """Close a Kuzu bank's database and open it again in the same driver, with the same pool
     bound: Kuzu gives back the pages its pool held (see RELEASE_PAGES_MB). The caller has
@@ -323,10 +324,7 @@ def reopen_in_place(driver: GraphDriver, bank_dir: Path) -> None:
         driver.db = database(bank_dir / "graph.kuzu", driver.pool_mb)  # type: ignore[attr-defined]
         driver.client = kuzu.AsyncConnection(driver.db, max_concurrent_queries=QUERIES_AT_ONCE)  # type: ignore[attr-defined]
     except RuntimeError as exc:
-        driver.closed_by_us = True  # type: ignore[attr-defined]
-        ref = _OPEN_DRIVERS.get(_key(bank_dir))
-        if ref is not None and ref() is driver:
-            del _OPEN_DRIVERS[_key(bank_dir)]
+        _forget(driver, bank_dir)
         _clear_owner(bank_dir)
         raise StoreError(f"bank {driver.bank_name!r} could not be opened again "  # type: ignore[attr-defined]
                          f"({str(exc).splitlines()[0][:200]}); its next use opens it anew") from None
