@@ -363,14 +363,14 @@ class BankPool:
             if bank.unflushed and bank.active == 0 and not bank.write_lock.locked():
                 async with bank.write_lock:
                     await self.checkpoint(bank)
-            if (bank.provider == GraphProvider.KUZU and self._unused(bank) and not bank.unflushed
-                    and (getattr(bank.driver, "queries", 0) > RECYCLE_AFTER_QUERIES
-                         or (idle_s and time.monotonic() - bank.used_at >= idle_s)
-                         or store.outgrown(bank.driver, bank.dir, self.settings.kuzu_buffer_pool_mb))):
+            if bank.provider != GraphProvider.KUZU or not self._unused(bank) or bank.unflushed:
+                continue
+            if (getattr(bank.driver, "queries", 0) > RECYCLE_AFTER_QUERIES
+                    or (idle_s and time.monotonic() - bank.used_at >= idle_s)
+                    or store.outgrown(bank.driver, bank.dir, self.settings.kuzu_buffer_pool_mb)):
                 await self.close_bank(bank, keep_turns=True)
                 closed = True
-            elif (bank.provider == GraphProvider.KUZU and self._unused(bank) and not bank.unflushed
-                    and self._stale_pages(bank)):
+            elif self._stale_pages(bank):
                 await self._give_pages_back(bank)
         return closed
 
@@ -379,10 +379,11 @@ class BankPool:
         index = bank.graph_index
         return store.file_mb(bank.dir), index is not None and index.sets is not None
 
-    def _stale_pages(self, bank: Bank) -> bool:
+    @classmethod
+    def _stale_pages(cls, bank: Bank) -> bool:
         """Whether a Kuzu bank's pool may hold RELEASE_PAGES_MB of pages it no longer needs:
         what it wrote since, or its whole file read by the first search's index build."""
-        (was_mb, was_read), (mb, read) = bank.pages_mark, self._pages_mark(bank)
+        (was_mb, was_read), (mb, read) = bank.pages_mark, cls._pages_mark(bank)
         return (mb - was_mb >= store.RELEASE_PAGES_MB
                 or (read and not was_read and mb >= store.RELEASE_PAGES_MB))
 

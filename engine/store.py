@@ -291,13 +291,18 @@ def close_kuzu(driver: GraphDriver, bank_dir: Path) -> None:
     """Release the database and its file lock (graphiti's close() does not)."""
     _forget(driver, bank_dir)
     try:
+        _close_handles(driver)
+    finally:
+        _clear_owner(bank_dir)
+        _release_freed_memory()
+
+
+def _close_handles(driver: GraphDriver) -> None:
+    """Close the bank's connection, then its database (which releases the file lock)."""
+    try:
         driver.client.close()  # type: ignore[attr-defined]
     finally:
-        try:
-            driver.db.close()  # type: ignore[attr-defined]
-        finally:
-            _clear_owner(bank_dir)
-            _release_freed_memory()
+        driver.db.close()  # type: ignore[attr-defined]
 
 
 # Kuzu keeps every page it read or wrote in its buffer pool until the pool is full, and gives
@@ -316,10 +321,7 @@ def reopen_in_place(driver: GraphDriver, bank_dir: Path) -> None:
     process took the file meanwhile), the driver is left closed and StoreError raised: the
     caller drops the bank, whose next use opens it anew."""
     driver.__dict__.pop("_statements", None)     # prepared on the connection that closes
-    try:
-        driver.client.close()  # type: ignore[attr-defined]
-    finally:
-        driver.db.close()  # type: ignore[attr-defined]
+    _close_handles(driver)
     try:                                # (the worker's idle round trims the heap after)
         driver.db = database(bank_dir / "graph.kuzu", driver.pool_mb)  # type: ignore[attr-defined]
         driver.client = kuzu.AsyncConnection(driver.db, max_concurrent_queries=QUERIES_AT_ONCE)  # type: ignore[attr-defined]
