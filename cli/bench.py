@@ -41,7 +41,7 @@ SIZES = {   # per mode: how much of everything (checkpoints: bank sizes where gr
     "smoke": dict(bank_turns=40, chunk=10, recall_questions=15, chat_turns=8, cache_turns=4,
                   overhead_queries=5, percall_searches=3, llm_turns=2, llm_busy_turns=2,
                   idle_searches=5, baseline_turns=10, baseline_chunk=5, baseline_budget_s=25.0,
-                  llm_latency_s=0.2, checkpoints=(20, 40), chat_at=(40,), growth_searches=5, load_runs=1,
+                  llm_latency_s=0.2, checkpoints=(20, 40), chat_at=(20, 40), growth_searches=5, load_runs=1,
                   growth_at=(20, 40), idle_at=40, three_banks=10),
     "quick": dict(bank_turns=500, chunk=100, recall_questions=None, chat_turns=200, cache_turns=30,
                   overhead_queries=60, percall_searches=20, llm_turns=10, llm_busy_turns=6,
@@ -87,6 +87,8 @@ TARGETS = [
     ("plugin_load_ms", "ms", "<= 100", lambda v: v <= 100),
     ("recall_at_10", "", "> baseline", None),
     ("recall_at_10_keyword_baseline", "", "reported", None),
+    ("recall_at_10_with_chat_turns", "", "reported", None),      # after the chat's stored questions
+    ("recall_at_10_keyword_baseline_with_chat_turns", "", "reported", None),
 ]
 
 
@@ -316,9 +318,9 @@ def run_bench(mode: str = "quick", json_path: str | os.PathLike | None = None, *
     os.environ.setdefault("QT_LOGGING_RULES", "qt.svg.warning=false")   # PyGPT's icons, offscreen
     quiet_logs()
     from memoryplus.cli.bench_phases import (   # the phases use this module's helpers
-        Ingestion, idle_rss, phase_chat, phase_graphiti_baseline, phase_graphiti_search, phase_growth_point,
-        phase_llm, phase_llm_growth, phase_ours_search, phase_percall, phase_stock_graphiti_search,
-        phase_three_banks, phase_worker_start,
+        Ingestion, idle_rss, phase_chat, phase_chat_turns_recalled, phase_graphiti_baseline,
+        phase_graphiti_search, phase_growth_point, phase_llm, phase_llm_growth, phase_ours_search, phase_percall,
+        phase_stock_graphiti_search, phase_three_banks, phase_worker_start,
     )
     z = SIZES[mode]
     tmp = None
@@ -360,8 +362,13 @@ def run_bench(mode: str = "quick", json_path: str | os.PathLike | None = None, *
             if size in z["chat_at"]:
                 say(f"chat turns through PyGPT's events (bank of {ingestion.done} turns)")
                 chat: dict = {}
-                phase_chat(window, plugin, probe, questions, z["chat_turns"], z["cache_turns"], chat)
+                stored = phase_chat(window, plugin, probe, questions, z["chat_turns"], z["cache_turns"], chat,
+                                    first_ctx=100000 * (1 + z["chat_at"].index(size)))
                 out[f"inject_ms_p95_at_{size}"] = chat["inject_ms_p95"]
+                phase_chat_turns_recalled(plugin.service, turns[:ingestion.done], stored, questions, chat)
+                for key in ("recall_at_10_with_chat_turns", "recall_at_10_keyword_baseline_with_chat_turns"):
+                    if key in chat:
+                        out[f"{key}_at_{size}"] = chat[key]
                 if size == z["chat_at"][0]:
                     out.update(chat)
             if size == z["idle_at"]:

@@ -68,16 +68,16 @@ class Ingestion:
         out["bank_episodes"] = float(stats.episodes)
 
 
-def phase_recall(service, turns, questions, out: dict, prefix: str = "") -> None:
+def phase_recall(service, turns, questions, out: dict, suffix: str = "") -> None:
     docs = {tid: f"{u} {a}" for tid, u, a in turns}
     ours = base = 0
     for q, answer in questions:
         firsts = [r.sources[0] for r in search(service, q) if r.sources][:10]
         ours += answer in firsts
         base += answer in bm25_ranking(q, docs)[:10]
-    out[f"{prefix}recall_at_10"] = ours / len(questions)
-    out[f"{prefix}recall_at_10_keyword_baseline"] = base / len(questions)
-    out[f"{prefix}recall_questions"] = len(questions)
+    out[f"recall_at_10{suffix}"] = ours / len(questions)
+    out[f"recall_at_10_keyword_baseline{suffix}"] = base / len(questions)
+    out[f"recall_questions{suffix}"] = len(questions)
 
 
 def phase_growth_point(service, turns_in: list, questions, queries: list[str], rate: float,
@@ -100,27 +100,35 @@ def phase_growth_point(service, turns_in: list, questions, queries: list[str], r
            if asked else "") + f"RSS {point['worker_rss_mb']:.0f} MB")
 
 
-def phase_chat(window, plugin, probe, questions, n_turns: int, n_cache: int, out: dict) -> None:
+CHAT_ANSWER = "Thanks, noted."
+
+
+def phase_chat(window, plugin, probe, questions, n_turns: int, n_cache: int, out: dict,
+               first_ctx: int = 100000) -> list[tuple[str, str, str]]:
     """Chat turns through PyGPT's events: each a new question (a cache miss), answered and
     stored as PyGPT would; then repeated questions with no answer (nothing stored, so nothing
-    invalidates the cache) for cache hits."""
-    from memoryplus.testing.pygpt_host import chat_turn
-    gui, inject = [], []
+    invalidates the cache) for cache hits. PyGPT's ctx ids from `first_ctx` on: the plugin
+    takes a turn with the id and text of one it took before as dispatched twice, so each chat
+    phase needs ids of its own. Returns the turns it stored (id, user, assistant)."""
+    from memoryplus.testing.pygpt_host import chat_turn, turn_ctx
+    gui, inject, stored = [], [], []
     qs = [q for q, _ in questions] or ["What do you remember about me?"]
     for i in range(n_turns):
         q = qs[i % len(qs)] + ("" if i < len(qs) else f" (again, {i // len(qs)})")
         probe.gui_s = 0.0
         seen = len(probe.records)
-        chat_turn(window, q, "Thanks, noted.", ctx_id=100000 + i, previews=5)
+        chat_turn(window, q, CHAT_ANSWER, ctx_id=first_ctx + i, previews=5)
+        stored.append((plugin.turn_from_ctx(turn_ctx(q, ctx_id=first_ctx + i, output=CHAT_ANSWER)).id, q, CHAT_ANSWER))
         gui.append(probe.gui_s * 1000)
         inject += [ms for ms, hit in probe.records[seen:] if not hit]
     plugin.queue.flush(timeout=600)
     hits = []
     for i in range(n_cache):
         q = qs[i % len(qs)] + " (cache check)"
-        chat_turn(window, q, "", ctx_id=200000 + 2 * i, previews=5)       # fills the cache
+        cache_ctx = first_ctx + n_turns + 2 * i
+        chat_turn(window, q, "", ctx_id=cache_ctx, previews=5)       # fills the cache
         seen = len(probe.records)
-        chat_turn(window, q, "", ctx_id=200001 + 2 * i, previews=5)       # the same query again
+        chat_turn(window, q, "", ctx_id=cache_ctx + 1, previews=5)   # the same query again
         hits += [ms for ms, hit in probe.records[seen:] if hit]
     out["gui_ms_per_turn_p50"] = pct(gui, 50)
     out["gui_ms_per_turn_p99"] = pct(gui, 99)
@@ -133,6 +141,26 @@ def phase_chat(window, plugin, probe, questions, n_turns: int, n_cache: int, out
     out["cache_hit_ms_p50"] = pct(hits, 50)
     out["cache_hits_measured"] = len(hits)
     out["late_turns"] = plugin.counters.get("late", 0)
+    return stored
+
+
+def phase_chat_turns_recalled(service, turns_in: list, stored: list[tuple[str, str, str]], questions,
+                              out: dict) -> None:
+    """The chat (phase_chat) asked the recall questions and got nothing back, and those turns
+    were stored: recall@10 with them in the bank, against BM25 over the same turns; then they
+    are forgotten (as /forget_that by id does), so that later checkpoints, and the growth keys,
+    measure the bench's own bank again. A turn left behind stops the bench."""
+    from memoryplus.wire.protocol import ForgetParams
+    have = {t[0] for t in turns_in}
+    asked = [(q, a) for q, a in questions if a in have]
+    if asked:
+        phase_recall(service, turns_in + stored, asked, out, suffix="_with_chat_turns")
+        say(f"with the chat's {len(stored)} turns stored: recall@10 {out['recall_at_10_with_chat_turns']:.3f} "
+            f"vs BM25 {out['recall_at_10_keyword_baseline_with_chat_turns']:.3f}; forgotten again")
+    ids = [tid for tid, _, _ in stored]
+    report = service.forget(ForgetParams(bank=BANK, ids=ids), timeout=600).result()
+    if sorted(report.sources) != sorted(ids):
+        raise RuntimeError(f"forgetting the chat turns left {len(set(ids) - set(report.sources))} of {len(ids)}")
 
 
 def phase_ours_search(service, queries: list[str], out: dict) -> list[float]:

@@ -15,7 +15,9 @@ KEYS = ["gui_ms_per_turn_p99", "inject_ms_p50", "inject_ms_p95", "cache_hit_ms_p
         # issue 16, LLM: the token ratio, and what both paths stored per turn
         "llm_input_tokens_ratio_vs_graphiti", "llm_facts_per_turn", "llm_entities_per_turn",
         "graphiti_facts_per_turn", "graphiti_entities_per_turn", "llm_facts_ratio_vs_graphiti",
-        "llm_entities_ratio_vs_graphiti"]
+        "llm_entities_ratio_vs_graphiti",
+        # the recall questions asked in chat and stored, before they are forgotten again
+        "recall_at_10_with_chat_turns", "recall_at_10_keyword_baseline_with_chat_turns"]
 
 
 def test_smoke_bench_writes_every_key_as_a_number(tmp_path):
