@@ -51,6 +51,7 @@ class IngestOps:
         s = pool.settings
         custom = [t.strip() for t in s.custom_memory_tags.split(",") if t.strip()]
         async with bank.write_lock:
+            report.flushed_before = bank.unflushed == 0
             uuids = {t.id: episode_uuid(bank.slug, t.id) for t in turns}
             existing = await pool.episodes(bank, list(uuids.values()))
             pruned = gated = 0

@@ -107,14 +107,19 @@ class MemoryEngine:
         return await self.pool.maintain()
 
     # ── ingestion ──────────────────────────────────────────────────────────────────────
-    async def ingest(self, bank_name: str, turns: list[Turn], *, defer_flush: bool = False) -> IngestReport:
+    async def ingest(self, bank_name: str, turns: list[Turn], *, defer_flush: bool = False,
+                     backlog: bool | None = None) -> IngestReport:
         """Store chat turns. Idempotent per turn id; a changed turn replaces its episode.
 
-        The batch is flushed from Kuzu's log before the answer, unless `defer_flush` (more
-        turns follow) and the unflushed turns still fit the buffer pool: then the report says
-        `flushed=False` and a later batch, or the idle maintenance, flushes it."""
+        The batch is flushed from Kuzu's log before the answer, unless `defer_flush` and the
+        unflushed turns still fit the buffer pool: then the report says `flushed=False` and a
+        later batch, or the idle maintenance, flushes it. A Kuzu checkpoint blocks the bank's
+        searches and grows with the bank (~160 ms at 10,000 turns: it rewrites the MENTIONS
+        relations and the episodes' columns), so a chat turn's flush waits for the worker's
+        idle time rather than delay the next turn's search. `backlog` (default: `defer_flush`):
+        more turns follow at once, so the next search is not primed now (they would undo it)."""
         report = await self.ingest_ops.ingest(bank_name, turns, defer_flush=defer_flush)
-        if not defer_flush:         # more turns follow at once otherwise: they would undo it
+        if not (defer_flush if backlog is None else backlog):
             await self._prime(bank_name)
         return report
 

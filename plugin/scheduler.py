@@ -172,9 +172,9 @@ class Scheduler:
                         q._done_keys.add((bank, entry.turn.id))
                     if entry.forget:
                         forget.append(entry.turn.id)
-                if flushed:
-                    q._drop_held(bank, None)        # flushed with this batch
-                elif held:
+                if flushed or _field(report, "flushed_before", False):
+                    q._drop_held(bank, None)        # flushed with this batch, or before it
+                if not flushed and held:
                     _, before = q._held.get(bank, ("", []))
                     q._held[bank] = (instance, before + held)
                 nskip = sum(1 for entry in batch if entry.turn.id in skipped)

@@ -16,11 +16,13 @@ the other lines are kept. Each running queue holds an exclusive lock on its spoo
 (`ingest-N.lock`), so two PyGPT instances on one data directory never share a spool file.
 A turn completed whose completion record was not yet written when the process died is
 replayed and ingested again: the worker's deterministic episode ids make that a no-op.
-A turn the worker answers `flushed=False` (with a backlog it may flush Kuzu's log once for
-several batches) is *held*: counted as done but kept in the spool until a flushed answer for
-its bank from the same worker engine (`IngestReport.instance`). An answer from another
-engine means the one that held it died before its flush: held turns are queued again. So a
-log Kuzu cannot replay loses nothing, even when PyGPT dies with the worker.
+A turn the worker answers `flushed=False` (a persistent worker flushes Kuzu's log with a
+later batch or when idle) is *held*: counted as done but kept in the spool until an answer
+for its bank from the same worker engine (`IngestReport.instance`) says it is flushed
+(`flushed`, or `flushed_before`: the bank had nothing unflushed when that batch began).
+An answer from another engine means the one that held it died before its flush: held
+turns are queued again. So a log Kuzu cannot replay loses nothing, even when PyGPT dies
+with the worker.
 """
 from __future__ import annotations
 

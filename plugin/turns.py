@@ -162,12 +162,15 @@ class TurnsMixin:
         # Sanitized here, on the queue's thread: custom rules may take a while on long turns.
         clean = self.sanitizer.clean if self.sanitizer else (lambda t: t)
         turns = [t.model_copy(update={"user": clean(t.user), "assistant": clean(t.assistant)}) for t in turns]
-        # More turns of this bank queued (a backlog): the worker may flush Kuzu's log with a
-        # later batch. Another bank's turns do not count: nothing would flush this one.
-        defer = (self.settings.engine_mode != "subprocess" and self.queue is not None
-                 and self.queue.waiting(bank) > 0)
+        # A persistent worker may flush Kuzu's log with a later batch or when idle (the queue
+        # keeps the turns spooled until then): a flush blocks the bank's searches (~160 ms at
+        # 10,000 turns), and the next turn's search need not wait for it. A backlog: more
+        # turns of this bank queued (another bank's do not count).
+        defer = self.settings.engine_mode != "subprocess" and self.queue is not None
+        backlog = defer and self.queue.waiting(bank) > 0
         try:
-            report = self.service.ingest(IngestParams(bank=bank, turns=turns, defer_flush=defer),
+            report = self.service.ingest(IngestParams(bank=bank, turns=turns, defer_flush=defer,
+                                                      backlog=backlog),
                                          timeout=max(60.0, self.settings.runner_timeout_s * len(turns))).result()
         except errors.ServiceError as exc:
             # a bad bank name or an engine's refusal stays as it is; anything else may pass

@@ -91,7 +91,7 @@ class LocalMemoryService(MemoryService):
     async def _engine_call(self, op: str, p: Any) -> Any:
         e = self.engine
         if op == "ingest":
-            return await e.ingest(p.bank, p.turns, defer_flush=p.defer_flush)
+            return await e.ingest(p.bank, p.turns, defer_flush=p.defer_flush, backlog=p.backlog)
         if op == "remember":
             return await e.remember(p.bank, p.text, key=p.key, tags=p.tags)
         if op == "search":

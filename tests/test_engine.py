@@ -809,6 +809,21 @@ async def test_a_deferred_flush_is_said_and_done_with_a_later_batch_or_when_idle
     assert not wal.exists() or wal.stat().st_size == 0
 
 
+async def test_an_answer_says_whether_the_turns_answered_unflushed_before_it_are_flushed(engine):
+    """A chat turn's flush waits for the worker's idle time; the next answer tells the queue
+    whether the earlier turns are flushed (it keeps them spooled until then)."""
+    first = await engine.ingest("held", [turn(1, "My aunt Greta lives in Graz.")], defer_flush=True)
+    assert first.flushed is False and first.flushed_before is True     # nothing was held
+    second = await engine.ingest("held", [turn(2, "My uncle Imre lives in Brno.", days=1)], defer_flush=True)
+    assert second.flushed is False and second.flushed_before is False, "the first is not flushed yet"
+    await engine.maintain()          # the worker, idle: flushes both
+    wal = engine.banks["held"].dir / "graph.kuzu.wal"
+    assert not wal.exists() or wal.stat().st_size == 0
+    third = await engine.ingest("held", [turn(3, "My niece Talia lives in Cork.", days=2)], defer_flush=True)
+    assert third.flushed is False and third.flushed_before is True
+    assert "Brno" in texts(await engine.search("held", "Where does Imre live?"))
+
+
 async def test_the_rewritten_fact_similarity_query_returns_what_graphitis_returns(engine):
     """kuzu_statements rewrites graphiti's fact similarity search (join after scoring, not
     before): same rows, same order, on a real bank, for graphiti's own query text."""

@@ -540,9 +540,10 @@ def _each_stored_once(plugin, texts: list[str]) -> None:
 
 
 def test_turns_answered_before_the_log_was_flushed_are_stored_again_if_the_worker_dies(host):
-    """With a backlog the worker answers batches before flushing Kuzu's log (one flush for
-    many batches). If it dies before that flush and its log cannot be replayed, the queue
-    stores those turns again: nothing answered is lost."""
+    """A persistent worker answers batches before flushing Kuzu's log (one flush for many
+    batches, or when idle). If it dies before that flush and its log cannot be replayed, the
+    queue stores those turns again: nothing answered is lost. The turns held leave the spool
+    once the worker's next answer says it flushed them."""
     window, plugin = host(batch_size=2, batch_delay_ms=0)
     queue = plugin.queue
     sink, answers = queue._sink, []
@@ -559,8 +560,16 @@ def test_turns_answered_before_the_log_was_flushed_are_stored_again_if_the_worke
     settle(window, plugin)
     assert answers[0].flushed is False and answers[0].stored == ["b0", "b1"], "answered before the flush"
     assert answers[-1].instance != answers[0].instance, "a new worker answered"
-    assert queue.counts()["unflushed"] == 0 and queue.counts()["failed"] == 0
+    assert queue.counts()["failed"] == 0
     _each_stored_once(plugin, texts)
+    # The new worker answered the last batch unflushed too (no more turns followed): it
+    # flushes when idle (2 s), and its next answer lets the turns held until then go.
+    assert queue.counts()["unflushed"] > 0
+    time.sleep(3.0)
+    from memoryplus.wire.records import Turn
+    queue.put("default", Turn(id="after", user="My colleague Ines plays the oboe.", assistant="Noted."))
+    settle(window, plugin)
+    assert queue.counts()["unflushed"] == 1, "only the turn after the idle flush is held"
 
 
 _PYGPT_DIES_WITH_ITS_WORKER = r'''

@@ -663,6 +663,32 @@ def test_turns_answered_unflushed_stay_spooled_until_the_flush(tmp_path, queues)
     assert wait_for_spool(spool, lambda t: t == "") == "", "the flush lets both go"
 
 
+def test_turns_held_leave_the_spool_once_an_answer_says_they_were_flushed_before_it(tmp_path, queues):
+    """A chat turn answered unflushed (the worker flushes when idle) stays spooled until a
+    later answer of the same engine says the bank had nothing unflushed when it began."""
+    spool = tmp_path / "s"
+    answers = iter([False, False, True])     # flushed_before of each answer: the idle flush came before the third
+
+    def sink(bank, turns):
+        return IngestReport(stored=[t.id for t in turns], flushed=False, flushed_before=next(answers),
+                            instance="engine-1")
+    q = queues(spool, sink, batch_size=1)
+    q.start()
+    for i, text in enumerate(["first chat turn", "second chat turn", "third chat turn"]):
+        q.put("b", turn(i, text))
+        assert q.flush(5)
+        if i == 1:
+            assert q.counts()["unflushed"] == 2
+            assert "first chat turn" in wait_for_spool(spool, lambda t: False, 0.3)
+    assert q.counts()["unflushed"] == 1, "the first two were flushed before the third"
+
+    def live(text):       # the turns the spool still holds: added and not deleted
+        recs = [json.loads(line) for line in text.splitlines() if line.strip()]
+        gone = {r["uid"] for r in recs if r["op"] == "del"}
+        return [r["turn"]["user"] for r in recs if r["op"] == "add" and r["uid"] not in gone]
+    assert live(wait_for_spool(spool, lambda t: len(live(t)) == 1)) == ["third chat turn"]
+
+
 def test_a_new_worker_engine_stores_the_unflushed_turns_again_newest_version_only(tmp_path, queues):
     spool = tmp_path / "s"
     sink = FlushingLater(instance="engine-1")

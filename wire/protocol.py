@@ -173,7 +173,10 @@ class BankParams(_Msg):
 
 class IngestParams(BankParams):
     turns: list[Turn]
-    defer_flush: bool = False     # more turns follow: flush with a later batch (IngestReport.flushed)
+    # the answer may come before Kuzu's log is flushed (IngestReport.flushed): a later batch or
+    # the worker's idle maintenance flushes it, off the path of the next search
+    defer_flush: bool = False
+    backlog: bool = False         # more turns of this bank follow at once: no search is near
 
 
 class RememberParams(BankParams):

@@ -90,6 +90,9 @@ class IngestReport(Record):
     # a worker that dies before flushing may lose it in a failed replay, so the caller keeps
     # such turns until a flushed answer from the same engine `instance`.
     flushed: bool = True
+    # True: the bank had nothing unflushed when this batch began, so the turns this `instance`
+    # answered unflushed before are flushed (by a later batch or the idle maintenance)
+    flushed_before: bool = False
     instance: str = ""
     # caller id -> why: turns the LLM could not extract (unusable answers), stored by local
     # extraction instead and marked so
