@@ -111,10 +111,10 @@ class LocalGraphWriter:
             # are in no full-text index, so they go in one query.
             await add_nodes_and_edges_bulk(bank.driver, [], [], list(new_nodes.values()), new_edges,
                                            bank.embedder)
-            if mentions:
+            if mentions:        # known by their two ends, without a uuid (queries.py)
                 await query(bank, "save_mentions", source=episode.uuid, rows=[
-                    {"target": m.target_node_uuid, "uuid": m.uuid, "group_id": m.group_id,
-                     "created_at": m.created_at} for m in mentions])
+                    {"target": m.target_node_uuid, "group_id": m.group_id, "created_at": m.created_at}
+                    for m in mentions])
         else:
             await add_nodes_and_edges_bulk(bank.driver, [], mentions, list(new_nodes.values()), new_edges,
                                            bank.embedder)

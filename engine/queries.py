@@ -11,6 +11,8 @@ from functools import lru_cache
 from graphiti_core.driver.driver import GraphProvider
 from graphiti_core.models.nodes.node_db_queries import get_episode_node_save_query
 
+from memoryplus.engine.kuzu_statements import MENTION_UUID
+
 K, N = GraphProvider.KUZU, GraphProvider.NEO4J
 
 _FACT = {K: "(s:Entity)-[:RELATES_TO]->(r:RelatesToNode_)-[:RELATES_TO]->(t:Entity)",
@@ -98,10 +100,11 @@ def _queries(p: GraphProvider) -> dict[str, str]:
         "set_summaries": ("UNWIND $rows AS r MATCH (n:Entity) WHERE n.uuid = r.uuid "
                           "SET n.summary = r.summary"),
         # CREATE, not graphiti's MERGE: the turn's row is new (a turn stored again is removed
-        # first) and each mention has a new uuid, so MERGE only searched the entity's mentions
-        # (a hub such as User has thousands): ~1 ms of a turn's 12-16 ms
+        # first), so MERGE only searched the entity's mentions (a hub such as User has
+        # thousands): ~1 ms of a turn's 12-16 ms. One uuid for all, as graphiti's mentions
+        # are written (kuzu_statements.MENTION_UUID: why)
         "save_mentions": ("MATCH (e:Episodic {uuid: $source}) UNWIND $rows AS r "
-                          "MATCH (n:Entity {uuid: r.target}) CREATE (e)-[m:MENTIONS {uuid: r.uuid, "
+                          f"MATCH (n:Entity {{uuid: r.target}}) CREATE (e)-[m:MENTIONS {{uuid: '{MENTION_UUID}', "
                           "group_id: r.group_id, created_at: r.created_at}]->(n)"),
         "set_fact_episodes": (f"MATCH {fact} WHERE r.uuid = $uuid SET r.episodes = $episodes"),
         "expire_fact": (f"MATCH {fact} WHERE r.uuid = $uuid "

@@ -12,6 +12,7 @@ import pytest
 
 from memoryplus.wire.banks import episode_uuid, slug
 from memoryplus.engine.errors import EmbeddingMismatchError, EngineError, UnknownBankError
+from memoryplus.engine.kuzu_statements import MENTION_UUID
 from memoryplus.wire.records import Turn
 from memoryplus.engine.store import BankLockedError, StoreError
 
@@ -62,6 +63,29 @@ async def test_same_id_twice_stores_one_episode_and_new_content_replaces(engine)
     rows, _, _ = await bank.driver.execute_query(
         "MATCH (e:Episodic)-[m:MENTIONS]->(n:Entity) RETURN n.name AS name, count(m) AS n")
     assert "Berlin" in {r["name"] for r in rows} and all(r["n"] == 1 for r in rows), rows
+
+
+async def test_forgetting_a_turn_takes_its_mentions_and_leaves_the_other_turns_mentions(engine):
+    """Mentions share one blank uuid (kuzu_statements.MENTION_UUID): each is known by its
+    episode and entity, so removing one turn's must leave every other turn's."""
+    await engine.ingest(BANK, [turn(1, "I live in Berlin with my sister Maria"),
+                               turn(2, "Berlin is lovely in May, Maria says", days=1),
+                               turn(3, "I work at Siemens", days=2)])
+    bank = await engine.pool.existing(BANK)
+
+    async def mentions():
+        rows, _, _ = await bank.driver.execute_query(
+            "MATCH (e:Episodic)-[m:MENTIONS]->(n:Entity) RETURN e.uuid AS ep, n.name AS name, m.uuid AS uuid")
+        return rows
+    before = await mentions()
+    assert {r["uuid"] for r in before} == {MENTION_UUID}
+    first = episode_uuid(slug(BANK), "1")
+    assert {"Berlin", "Maria"} <= {r["name"] for r in before if r["ep"] == first}
+    await engine.forget(BANK, ids=["1"])
+    after = await mentions()
+    assert sorted((r["ep"], r["name"]) for r in after) == sorted(
+        (r["ep"], r["name"]) for r in before if r["ep"] != first)
+    assert "Berlin" in texts(await engine.search(BANK, "Berlin in May"))
 
 
 async def test_later_contradicting_fact_supersedes_and_as_of_finds_the_old(engine):

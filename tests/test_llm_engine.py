@@ -10,6 +10,7 @@ import pytest
 from graphiti_core.llm_client.errors import RateLimitError
 
 from memoryplus.engine.embedders import REQUEST_TEXTS
+from memoryplus.engine.kuzu_statements import MENTION_UUID
 from memoryplus.testing.scripted_llm import ScriptedLLMServer
 from memoryplus.wire.records import Credentials, Turn
 
@@ -48,6 +49,13 @@ async def test_llm_engine_stores_supersedes_and_counts_cost(make_engine, llm):
     assert stats.llm_input_tokens > 0 and stats.llm_calls_today == stats.llm_calls
     assert all(path.endswith("/responses") for path, body in llm.requests if body and "input" in body)
     assert all(b.get("model") == "scripted-llm" for p, b in llm.requests if b and "input" in b)
+    # graphiti's own saves of the turns' mentions, written with the one blank uuid
+    # (kuzu_statements.MENTION_UUID), link each turn to what it names
+    bank = await eng.pool.existing("p")
+    rows, _, _ = await bank.driver.execute_query(
+        "MATCH (:Episodic)-[m:MENTIONS]->(n:Entity) RETURN n.name AS name, m.uuid AS uuid")
+    assert {r["uuid"] for r in rows} == {MENTION_UUID}
+    assert {"Berlin", "Paris"} <= {r["name"] for r in rows}, rows
 
 
 @pytest.mark.option("memory_mode")
