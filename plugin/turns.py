@@ -163,9 +163,9 @@ class TurnsMixin:
         clean = self.sanitizer.clean if self.sanitizer else (lambda t: t)
         turns = [t.model_copy(update={"user": clean(t.user), "assistant": clean(t.assistant)}) for t in turns]
         # A persistent worker may flush Kuzu's log with a later batch or when idle (the queue
-        # keeps the turns spooled until then): a flush blocks the bank's searches (~160 ms at
-        # 10,000 turns), and the next turn's search need not wait for it. A backlog: more
-        # turns of this bank queued (another bank's do not count).
+        # keeps the turns spooled until then): a flush blocks the bank's searches and grows
+        # with the bank (MemoryEngine.ingest), and the next turn's search need not wait for
+        # it. A backlog: more turns of this bank queued (another bank's do not count).
         defer = self.settings.engine_mode != "subprocess" and self.queue is not None
         backlog = defer and self.queue.waiting(bank) > 0
         try:
