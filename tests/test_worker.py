@@ -282,7 +282,7 @@ def test_search_is_answered_while_a_long_ingest_batch_is_in_flight(data_dir, cli
 
 
 # ── crashes: kill -9 mid-ingest and mid-search ────────────────────────────────────────────
-def test_kill9_mid_ingest_and_mid_search_loses_nothing_and_duplicates_nothing(data_dir, clients):
+def test_kill9_mid_ingest_and_mid_search_loses_nothing_and_duplicates_nothing(data_dir, clients, hooks):
     c = clients(settings(), data_dir, mode="persistent").start()
     c.call("ingest", {"bank": BANK, "turns": turns(1)}, timeout=60)
     pid1 = c.status()["pid"]
@@ -311,9 +311,13 @@ def test_kill9_mid_ingest_and_mid_search_loses_nothing_and_duplicates_nothing(da
         return results[0]["id"], len(results)
 
     baseline = shape(c.call("search", {"bank": BANK, "query": "where does Person7 live"}))
+    # a blocking sleep holds the worker, so all 30 searches are still unanswered at the kill
+    # (a warm search takes milliseconds: without it they could all be answered first)
+    held = c.submit("sleep", {"seconds": 5.0, "blocking": True}, timeout=30)
     futs = [c.submit("search", {"bank": BANK, "query": "where does Person7 live"}, timeout=60)
             for _ in range(30)]
-    futs[0].result()
+    time.sleep(0.3)
+    assert not any(f.done() for f in futs)
     os.kill(pid2, signal.SIGKILL)
     wait_futures(futs, timeout=60)
     answers = [shape(f.result()) for f in futs]
