@@ -58,6 +58,10 @@ class LocalEmbedder(EmbedderClient):
                 # `embed` needs padding and is not used. Not a copy: a copy of the tokenizer
                 # (`Tokenizer.from_str(to_str())`) held 42 MB more in every worker.
                 model.tokenizer.no_padding()
+                mapped = _mapped_table(Path(wordllama.__file__).parent / "weights" /
+                                       WordLlama.get_filename("l2_supercat", cls.dim), model.embedding)
+                if mapped is not None:
+                    model.embedding = mapped
                 cls._model = model
         return cls._model
 
@@ -83,7 +87,8 @@ class LocalEmbedder(EmbedderClient):
             np.clip(ids, 0, table.shape[0] - 1, out=ids)
             lengths = np.fromiter((len(t) for _, t in pending), np.int64, len(pending))
             starts = np.concatenate(([0], np.cumsum(lengths[:-1])))
-            sums = np.add.reduceat(table[ids], starts, axis=0)
+            # summed in float32 whatever the table's type (its file's float16 is mapped)
+            sums = np.add.reduceat(table[ids].astype(np.float32, copy=False), starts, axis=0)
             out[[i for i, _ in pending]] = sums / lengths[:, None].astype(np.float32)
             pending.clear()
 
@@ -139,6 +144,31 @@ class HashEmbedder(EmbedderClient):
 
     async def create_batch(self, input_data_list: list[str]) -> list[list[float]]:
         return self.embed_sync(list(input_data_list))
+
+
+def _mapped_table(path: Path, loaded: np.ndarray) -> np.ndarray | None:
+    """WordLlama's token table mapped read-only from its safetensors file, as stored (float16),
+    in place of the float32 copy it loads (32 MB held by every worker for good): only the
+    pages of the tokens met are read, and the system can drop them. Its rows upcast are the
+    loaded ones exactly (float16 → float32 is exact; three rows are checked). None when the
+    file is not the plain float16 table the loaded one came from."""
+    import json
+    import struct
+    try:
+        with open(path, "rb") as f:
+            head_len = struct.unpack("<Q", f.read(8))[0]
+            if head_len > 1 << 20:      # a header of a few lines: this is not one
+                return None
+            head = json.loads(f.read(head_len))
+        spec = next(v for k, v in head.items() if k != "__metadata__")
+        start, end = spec["data_offsets"]
+        if spec["dtype"] != "F16" or tuple(spec["shape"]) != loaded.shape or end - start != loaded.size * 2:
+            return None
+        table = np.memmap(path, np.float16, "r", offset=8 + head_len + start, shape=loaded.shape)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, StopIteration, struct.error):
+        return None
+    rows = [0, loaded.shape[0] // 2, loaded.shape[0] - 1]
+    return table if np.array_equal(table[rows].astype(np.float32), loaded[rows]) else None
 
 
 def sentence_embedder(bank_embedder: EmbedderClient) -> EmbedderClient | None:

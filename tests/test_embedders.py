@@ -42,3 +42,37 @@ def test_one_pasted_page_among_short_messages_takes_no_more_than_its_own_tokens(
         tracemalloc.stop()
     assert vectors.shape == (64, 256)
     assert peak < 64 * 2 ** 20, f"peak {peak / 2 ** 20:.0f} MB"
+
+
+def test_the_token_table_is_read_from_its_file_not_held_as_a_float32_copy():
+    """WordLlama loads its float16 table as a 32 MB float32 array, held by every worker for
+    good; ours maps the file instead, and its vectors stay WordLlama's (test above)."""
+    saved = LocalEmbedder._model
+    LocalEmbedder._model = None
+    tracemalloc.start()
+    try:
+        LocalEmbedder().embed_array(["My sister lives in Porto."])
+        kept = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+        LocalEmbedder._model = saved
+    assert kept < 8 * 2 ** 20, f"{kept / 2 ** 20:.0f} MB kept by the loaded embedder"
+
+
+def test_a_weights_file_that_is_not_the_loaded_table_is_not_mapped(tmp_path):
+    from memoryplus.engine.embedders import _mapped_table
+    loaded = np.arange(12, dtype=np.float32).reshape(4, 3)
+    garbage = tmp_path / "garbage.safetensors"
+    garbage.write_bytes(b"\xff" * 64)
+    assert _mapped_table(garbage, loaded) is None
+    assert _mapped_table(tmp_path / "missing.safetensors", loaded) is None
+    listed = tmp_path / "listed.safetensors"           # a header that is JSON but no table's
+    listed.write_bytes((2).to_bytes(8, "little") + b"[]")
+    assert _mapped_table(listed, loaded) is None
+    from safetensors.numpy import save_file
+    other = tmp_path / "other.safetensors"
+    save_file({"embedding.weight": (loaded + 1).astype(np.float16)}, str(other))
+    assert _mapped_table(other, loaded) is None             # same shape, other values
+    same = tmp_path / "same.safetensors"
+    save_file({"embedding.weight": loaded.astype(np.float16)}, str(same))
+    assert np.array_equal(np.asarray(_mapped_table(same, loaded), np.float32), loaded)
