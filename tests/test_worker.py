@@ -313,7 +313,7 @@ def test_kill9_mid_ingest_and_mid_search_loses_nothing_and_duplicates_nothing(da
     baseline = shape(c.call("search", {"bank": BANK, "query": "where does Person7 live"}))
     # a blocking sleep holds the worker, so all 30 searches are still unanswered at the kill
     # (a warm search takes milliseconds: without it they could all be answered first)
-    held = c.submit("sleep", {"seconds": 5.0, "blocking": True}, timeout=30)
+    c.submit("sleep", {"seconds": 5.0, "blocking": True}, timeout=30)
     futs = [c.submit("search", {"bank": BANK, "query": "where does Person7 live"}, timeout=60)
             for _ in range(30)]
     time.sleep(0.3)
