@@ -30,6 +30,7 @@ POOL_TOKENS = 32768         # token vectors gathered at once: 32 MB at 256-d
 class LocalEmbedder(EmbedderClient):
     name = "local:wordllama-l2-256"
     dim = 256
+    config = "l2_supercat"      # the WordLlama model: its weights file is named by it and `dim`
     _model = None
     _lock = threading.Lock()
 
@@ -50,7 +51,8 @@ class LocalEmbedder(EmbedderClient):
                 from wordllama import WordLlama
                 # The weights and tokenizer live in the package; disable_download makes a
                 # missing file an error instead of a silent trip to a model hub.
-                model = WordLlama.load(cache_dir=Path(wordllama.__file__).parent,
+                home = Path(wordllama.__file__).parent
+                model = WordLlama.load(cls.config, cache_dir=home,
                                        disable_download=True, dim=cls.dim)
                 # Its tokenizer no longer pads a batch to its longest text (nor computes
                 # offsets: encode_batch_fast): embed_array reads each text's own ids, and the
@@ -58,8 +60,8 @@ class LocalEmbedder(EmbedderClient):
                 # `embed` needs padding and is not used. Not a copy: a copy of the tokenizer
                 # (`Tokenizer.from_str(to_str())`) held 42 MB more in every worker.
                 model.tokenizer.no_padding()
-                mapped = _mapped_table(Path(wordllama.__file__).parent / "weights" /
-                                       WordLlama.get_filename("l2_supercat", cls.dim), model.embedding)
+                mapped = _mapped_table(home / "weights" / WordLlama.get_filename(cls.config, cls.dim),
+                                       model.embedding)
                 if mapped is not None:
                     model.embedding = mapped
                 cls._model = model
