@@ -76,3 +76,32 @@ def test_a_weights_file_that_is_not_the_loaded_table_is_not_mapped(tmp_path):
     same = tmp_path / "same.safetensors"
     save_file({"embedding.weight": loaded.astype(np.float16)}, str(same))
     assert np.array_equal(np.asarray(_mapped_table(same, loaded), np.float32), loaded)
+
+
+def _resident_kb(path: Path) -> int:
+    """This process's resident kB of the mappings of `path` (/proc/self/smaps)."""
+    total, inside = 0, False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split()
+        if "-" in head[0] and len(head) >= 5 and ":" in head[3]:     # a mapping's first line
+            inside = len(head) > 5 and head[5] == str(path)
+        elif inside and head[0] == "Rss:":
+            total += int(head[1])
+    return total
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="reads Linux's /proc/self/smaps")
+def test_an_idle_worker_gives_back_the_table_pages_it_read_and_embeds_as_before():
+    """The worker's idle step (maintenance.return_free_memory) drops the mapped table's
+    resident pages; the vectors computed after it are the same to the bit."""
+    from memoryplus.worker.maintenance import return_free_memory
+    emb = LocalEmbedder()
+    texts = [" ".join(f"word{i}x{j}" for j in range(40)) for i in range(400)]   # many rows read
+    before = emb.embed_array(texts)
+    table = LocalEmbedder._model.embedding
+    assert isinstance(table, np.memmap), "the table is mapped from its file"
+    path = Path(table.filename)
+    assert _resident_kb(path) > 1024, "the texts read more than 1 MB of the table"
+    return_free_memory()
+    assert _resident_kb(path) < 64
+    assert np.array_equal(emb.embed_array(texts), before)
