@@ -70,10 +70,12 @@ def scope(edge_types: dict | None, edge_type_map: dict | None, episode_text: str
     install()
     llm_savings.install()
     state = Combined(edge_types=edge_types, edge_type_map=edge_type_map, episode_text=episode_text)
-    tokens = (active.set(state), llm_savings.active.set(True), llm_savings.settled.set(state.dated))
+    tokens = (active.set(state), llm_savings.active.set(True), llm_savings.settled.set(state.dated),
+              llm_savings.asked.set({}))
     try:
         yield state
     finally:
+        llm_savings.asked.reset(tokens[3])
         llm_savings.settled.reset(tokens[2])
         llm_savings.active.reset(tokens[1])
         active.reset(tokens[0])

@@ -1,19 +1,39 @@
-"""LLM calls graphiti makes that a rule answers as well, skipped.
+"""LLM calls graphiti makes that a rule answers as well, skipped, or that it makes twice.
 
-graphiti 0.31.2 dates every new fact with its own LLM call (`extract_edges.extract_timestamps`,
-about one call per stored turn, a quarter of all calls). Its prompt says: an ongoing fact is
-valid from the reference time; resolve relative expressions from it; leave both null when no
-time is stated. A chat turn is its reference time, so when neither the fact nor the turn holds
-any time expression or past tense, the answer is known: valid from the turn, no end. Only
-then is the call skipped; anything temporal still goes to the LLM.
+- Dates. graphiti 0.31.2 dates every new fact with its own LLM call
+  (`extract_edges.extract_timestamps`, about one call per stored turn, a quarter of all calls).
+  Its prompt says: an ongoing fact is valid from the reference time; resolve relative
+  expressions from it; leave both null when no time is stated. A chat turn is its reference
+  time, so when neither the fact nor the turn holds any time expression or past tense, the
+  answer is known: valid from the turn, no end. Only then is the call skipped; anything
+  temporal still goes to the LLM.
+- Summaries. graphiti writes an entity's summary without the LLM while the entity's facts fit
+  (it appends them), but asks the LLM for an entity that has no summary and no new fact: one
+  the model named and linked to nothing (7 of the bench's first 30 turns). Its summary is
+  then what the turn says about it: the turn's sentences that name it, with who said them.
+  Only an entity the turn does not name word for word still goes to the LLM.
+- Fact resolution asked twice. The model often gives one statement as several facts with the
+  same text ("Freya is from Utrecht and lives in Krakow": Freya-Utrecht, Freya-Krakow). graphiti
+  resolves each against the bank with its own call, and when the facts found are the same the
+  prompts are the same, word for word: they are asked once per turn, the answer shared.
 """
 from __future__ import annotations
 
+import asyncio
 import contextvars
+import copy
+import json
 import re
 
+from graphiti_core import graphiti as graphiti_module
 from graphiti_core.utils.datetime_utils import ensure_utc
 from graphiti_core.utils.maintenance import edge_operations
+from graphiti_core.utils.text_utils import MAX_SUMMARY_CHARS, truncate_at_sentence
+
+from memoryplus.common.text import split_sentences
+from memoryplus.engine.turn_index import split_body
+
+RESOLVE_PROMPT = "dedupe_edges.resolve_edge"
 
 _MONTHS = ("january|february|march|april|may|june|july|august|september|october|november|"
            "december|jan|feb|mar|apr|jun|jul|aug|sep|sept|oct|nov|dec")
@@ -34,6 +54,9 @@ active: contextvars.ContextVar[bool] = contextvars.ContextVar("memoryplus_llm_sa
 # Texts of the facts already dated in this call (by llm_combined's batch dating).
 settled: contextvars.ContextVar[set[str] | None] = contextvars.ContextVar("memoryplus_settled_dates",
                                                                           default=None)
+# The fact-resolution answers of this call, by prompt context (each asked once, then shared).
+asked: contextvars.ContextVar[dict[str, asyncio.Future] | None] = contextvars.ContextVar(
+    "memoryplus_resolution_answers", default=None)
 
 
 def is_timeless(text: str) -> bool:
@@ -41,12 +64,28 @@ def is_timeless(text: str) -> bool:
     return not TEMPORAL.search(text or "")
 
 
+def said_about(name: str, episode_text: str) -> str:
+    """The sentences of a turn that name `name` (or all that a speaker named so said), each
+    with its speaker, within graphiti's summary length; "" when the turn does not name it."""
+    named = re.compile(r"(?<!\w)" + re.escape(name.strip()) + r"(?!\w)", re.I) if name.strip() else None
+    if named is None:
+        return ""
+    found = []
+    for label, text in zip(("User", "Assistant"), split_body(episode_text)):
+        speaker_named = named.fullmatch(label) is not None
+        found += [f"{label}: {s}" for s in split_sentences(text) if speaker_named or named.search(s)]
+    return truncate_at_sentence(" ".join(found), MAX_SUMMARY_CHARS)
+
+
 def install() -> None:
-    """Wrap graphiti's per-fact dating call (idempotent); it applies where `active` is set."""
+    """Wrap graphiti's per-fact dating call, its entity summaries and its fact-resolution
+    prompt (idempotent); each applies where `active` (or `asked`) is set."""
     global _installed
     if _installed:
         return
     original = edge_operations._extract_edge_timestamps
+    summarize = graphiti_module.extract_attributes_from_nodes
+    ask = edge_operations.generate_prompt_response
 
     async def dated_by_rule_or_llm(llm_client, edge, episode, **kwargs):
         done = settled.get()
@@ -59,5 +98,29 @@ def install() -> None:
             return
         await original(llm_client, edge, episode, **kwargs)
 
+    async def summarized_by_rule_or_llm(clients, nodes, episode=None, previous_episodes=None,
+                                        entity_types=None, should_summarize_node=None, edges=None,
+                                        **kwargs):
+        if active.get() and episode is not None and not isinstance(episode, list):
+            linked = {u for e in edges or [] for u in (e.source_node_uuid, e.target_node_uuid)}
+            for node in nodes:
+                if not node.summary and node.uuid not in linked:
+                    # non-empty and short: graphiti keeps it as it is, with no call
+                    node.summary = said_about(node.name, episode.content)
+        return await summarize(clients, nodes, episode, previous_episodes, entity_types,
+                               should_summarize_node, edges, **kwargs)
+
+    async def resolved_once(llm_client, prompt_name, legacy_prompt, context, **kwargs):
+        answers = asked.get()
+        if answers is None or prompt_name != RESOLVE_PROMPT:
+            return await ask(llm_client, prompt_name, legacy_prompt, context, **kwargs)
+        key = json.dumps(context, sort_keys=True, default=str)
+        if key not in answers:
+            answers[key] = asyncio.ensure_future(
+                ask(llm_client, prompt_name, legacy_prompt, context, **kwargs))
+        return copy.deepcopy(await asyncio.shield(answers[key]))
+
     edge_operations._extract_edge_timestamps = dated_by_rule_or_llm
+    graphiti_module.extract_attributes_from_nodes = summarized_by_rule_or_llm
+    edge_operations.generate_prompt_response = resolved_once
     _installed = True

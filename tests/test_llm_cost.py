@@ -138,3 +138,37 @@ async def test_a_failing_provider_on_the_combined_call_loses_nothing(make_engine
     assert all(e["complete"] for e in await eng.browse("p", "episodes"))
     found = [r.text for r in await eng.search("p", "Where does Tom live?")]
     assert any("Oslo" in f for f in found), found
+
+
+async def test_one_statement_given_as_several_facts_is_resolved_once(make_engine, llm):
+    """The model may give one statement as several facts with the same text (one per pair of
+    entities it links): graphiti's resolution prompt for them is then the same, word for word,
+    and is asked once; each fact is still stored and still supersedes what it contradicts."""
+    eng = make_engine(**llm_settings(llm))
+    for n, text in enumerate(["My vet is Oskar.", "I live in Berlin.", "My barber is Mei."]):
+        await eng.ingest("p", [Turn(id=str(n), user=text, time=T0 + timedelta(days=n))])
+    before, facts_before = llm_calls(llm), await eng.browse("p", "facts")
+    await eng.ingest("p", [Turn(id="9", user="I work at Siemens and live in Krakow now.",
+                                time=T0 + timedelta(days=9))])
+    spent = llm_calls(llm) - before
+    old = {f["text"] for f in facts_before}
+    new = [f for f in await eng.browse("p", "facts") if f["text"] not in old]
+    assert len(new) >= 2 and len({f["text"] for f in new}) == 1, new    # one text, several facts
+    assert spent["EdgeDuplicate"] == 1, spent
+    found = [r.text for r in await eng.search("p", "Where do I live?") if r.kind == "fact"]
+    assert any("Krakow" in t for t in found) and not any("Berlin" in t for t in found), found
+
+
+async def test_an_entity_named_without_a_fact_is_summarized_from_the_turn(make_engine, llm):
+    """An entity the model names but links to no fact gets, as its summary, what the turn says
+    about it (graphiti would ask the LLM for it); the turn costs its one extraction call."""
+    eng = make_engine(**llm_settings(llm))
+    await eng.ingest("p", [Turn(id="1", user="My tutor is Henrik.", time=T0)])
+    before = llm_calls(llm)
+    await eng.ingest("p", [Turn(id="2", user="Rafael's partner has a birthday on 8 June.",
+                                assistant="Noted!", time=T0 + timedelta(days=1))])
+    spent = llm_calls(llm) - before
+    entities = {e["name"]: e for e in await eng.browse("p", "entities")}
+    assert "Rafael" in entities, sorted(entities)
+    assert entities["Rafael"]["summary"] == "User: Rafael's partner has a birthday on 8 June.", entities["Rafael"]
+    assert not spent["SummarizedEntities"], spent
