@@ -67,9 +67,9 @@ def is_timeless(text: str) -> bool:
 def said_about(name: str, episode_text: str) -> str:
     """The sentences of a turn that name `name` (or all that a speaker named so said), each
     with its speaker, within graphiti's summary length; "" when the turn does not name it."""
-    named = re.compile(r"(?<!\w)" + re.escape(name.strip()) + r"(?!\w)", re.I) if name.strip() else None
-    if named is None:
+    if not name.strip():
         return ""
+    named = re.compile(r"(?<!\w)" + re.escape(name.strip()) + r"(?!\w)", re.I)
     found = []
     for label, text in zip(("User", "Assistant"), split_body(episode_text)):
         speaker_named = named.fullmatch(label) is not None
@@ -105,7 +105,8 @@ def install() -> None:
             linked = {u for e in edges or [] for u in (e.source_node_uuid, e.target_node_uuid)}
             for node in nodes:
                 if not node.summary and node.uuid not in linked:
-                    # non-empty and short: graphiti keeps it as it is, with no call
+                    # graphiti keeps such a short summary as it is, with no call; "" leaves
+                    # the node to its LLM call
                     node.summary = said_about(node.name, episode.content)
         return await summarize(clients, nodes, episode, previous_episodes, entity_types,
                                should_summarize_node, edges, **kwargs)
