@@ -26,8 +26,13 @@ _ENV_KEEP = (
     "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "HTTP_PROXY",
     "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "no_proxy", "all_proxy",
     "VIRTUAL_ENV", "PYTHONPATH", "LD_LIBRARY_PATH", "DYLD_LIBRARY_PATH", "HF_HOME",
-    P.TEST_HOOKS_ENV, TRANSPORT_ENV,
+    P.TEST_HOOKS_ENV, TRANSPORT_ENV, "MALLOC_ARENA_MAX",
 )
+# glibc's heap arenas for the worker, unless the user set their own. The default (8 per core)
+# gives each Kuzu and worker thread its own arena, and an arena's freed pages are rarely given
+# back: with 2 the worker held ~40 MB less with three 2,000-turn banks open (396.8 / 422.8 MB
+# -> 367.5 / 363.5 MB; 1 arena: 375.2), 7 MB less with one 5,000-turn bank (2026-12-06).
+MALLOC_ARENAS = "2"
 # A frozen (PyInstaller) PyGPT's own bookkeeping, which its children need: with them a one-file
 # build's child reuses the unpacked bundle instead of unpacking it again.
 _FROZEN_ENV_PREFIXES = ("_PYI_", "_MEIPASS")
@@ -106,6 +111,7 @@ class Launcher:
         env["PYTHONUNBUFFERED"] = "1"
         env["PYTHONIOENCODING"] = "utf-8"
         env["HF_HUB_OFFLINE"] = "1"
+        env.setdefault("MALLOC_ARENA_MAX", MALLOC_ARENAS)
         # Our own interpreter gets our whole import path (PyGPT's extra_packages included); a
         # Worker Python is another environment: only the add-on's parent is added to its own.
         paths = _import_path() if self.own_interpreter() else [x for x in [_package_root()] if x]

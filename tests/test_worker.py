@@ -375,6 +375,25 @@ def test_hung_request_times_out_late_answer_dropped_garbage_skipped_secrets_kept
     assert stat.S_IMODE((data_dir / P.LOG_DIR / P.LOG_FILE).stat().st_mode) == 0o600
 
 
+def _worker_environ(c: WorkerClient) -> dict[str, str]:
+    wait_for(lambda: c.status()["state"] == "ready", 60, what="ready")
+    raw = Path(f"/proc/{c.status()['pid']}/environ").read_bytes()
+    return dict(kv.decode().partition("=")[::2] for kv in raw.split(b"\0") if kv)
+
+
+def test_worker_heap_arenas_are_bounded_unless_the_user_chose(data_dir, clients, monkeypatch):
+    """The worker runs with few glibc arenas (its RSS with several banks open, bench), and a
+    user's own MALLOC_ARENA_MAX reaches it unchanged."""
+    monkeypatch.delenv("MALLOC_ARENA_MAX", raising=False)
+    c = clients(settings(), data_dir, mode="persistent").start()
+    assert _worker_environ(c).get("MALLOC_ARENA_MAX") == "2"
+    c.close()
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "5")
+    c = clients(settings(), data_dir, mode="persistent").start()
+    assert _worker_environ(c).get("MALLOC_ARENA_MAX") == "5"
+    c.close()
+
+
 # ── start failures, fallback, circuit breaker ─────────────────────────────────────────────
 def test_worker_exiting_at_start_auto_falls_back_to_per_call_persistent_reports(data_dir, clients, hooks):
     bad = clients(settings(), data_dir, mode="persistent", test_hooks={"exit_at_start": "persistent"},
