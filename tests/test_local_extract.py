@@ -171,6 +171,11 @@ CASES = [
      {("invoice for Acme", "DUE_ON", "end of month")}),
     ("Please always answer in French.",
      {("User", "GAVE_INSTRUCTION", "always answer in French")}),
+    # contractions as people type them: no apostrophe, in capitals; a title with its dot
+    ("i cant stand loud music", {("User", "DISLIKES", "loud music")}),
+    ("I DONT LIKE MUSHROOMS.", {("User", "DISLIKES", "MUSHROOMS")}),
+    ("Im learning Japanese these days.", {("User", "LEARNING", "Japanese")}),
+    ("My dentist is Dr. Okafor.", {("User", "HAS_DENTIST", "Dr Okafor")}),
 ]
 
 

@@ -80,7 +80,7 @@ def _strip_discourse(toks: list[str], lows: list[str]) -> tuple[list[str], list[
             i += 1
             changed = True
         for phrase in _DISCOURSE_PHRASES:
-            if tuple(lows[i:i + len(phrase)]) == phrase:
+            if i < n and lows[i] == phrase[0] and tuple(lows[i:i + len(phrase)]) == phrase:
                 i += len(phrase)
                 changed = True
         if i < n and lows[i] in _CONDITIONAL:
@@ -90,7 +90,7 @@ def _strip_discourse(toks: list[str], lows: list[str]) -> tuple[list[str], list[
             changed = True
         # "Remember that ...", "note: ...", "keep in mind that ..."
         for phrase in _MEMO_PHRASES:
-            if tuple(lows[i:i + len(phrase)]) == phrase:
+            if i < n and lows[i] == phrase[0] and tuple(lows[i:i + len(phrase)]) == phrase:
                 k = i + len(phrase)
                 while k < n and lows[k] in ("that", ",", ":", "-", "—"):
                     k += 1

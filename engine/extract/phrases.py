@@ -25,6 +25,9 @@ def _name_runs(toks: list[str], lows: list[str], sentence_start: int = 0,
     i, n = 0, len(toks)
     while i < n:
         tok = toks[i]
+        if tok.islower() or not _is_cap(tok):   # most tokens; a title or a weak start is capitalised
+            i += 1
+            continue
         low = lows[i]
         initial = i == sentence_start or (sentence_start >= 0 and i > 0
                                           and toks[i - 1] in _OPENERS)

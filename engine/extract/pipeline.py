@@ -17,6 +17,10 @@ from .text import _bounded_blocks, _lower, _normalize
 from .verbs import _apply_rules, _subject, _try_call_me, _try_have_named
 
 
+_LOWERCASE_WORD = re.compile(r"\b[a-z][a-z']+\b")
+_ASCII_LOWER = re.compile(r"[a-z]")
+
+
 def _clause_facts(cl: _Clause, inherited):
     """Facts of one clause; returns the subject for a coordinated next clause."""
     if not cl.lows:
@@ -61,19 +65,22 @@ def _extract_blocks(blocks: list[tuple[str, str]], spec: ModeSpec) -> LocalExtra
     for speaker, raw in blocks:
         text = _normalize(raw)
         text_for_tags.append(f"{speaker}: {text}")
-        lowercase_words = frozenset(m.group(0) for m in re.finditer(r"\b[a-z][a-z']+\b", text))
+        lowercase_words = frozenset(_LOWERCASE_WORD.findall(text))
         for line in text.splitlines():
             if not line.strip():
                 continue
-            cased = [c for c in line if c.isupper() or c.islower()]
-            if len(cased) > 3 and not any(c.islower() for c in cased):
-                line = line.lower()              # SHOUTED LINES carry no case information
+            if not _ASCII_LOWER.search(line):   # a line with a lowercase letter is not shouted
+                cased = [c for c in line if c.isupper() or c.islower()]
+                if len(cased) > 3 and not any(c.islower() for c in cased):
+                    line = line.lower()          # SHOUTED LINES carry no case information
             caseless = not any(c.isupper() for c in line)
             for sentence in split_sentences(line):
                 toks = EXTRACTION_TOKEN.findall(sentence)
                 if not toks:
                     continue
-                lows = [_lower(t) for t in toks]
+                lows = [t.lower() for t in toks]
+                if any(map(int.__ne__, map(len, lows), map(len, toks))):
+                    lows = [_lower(t) for t in toks]     # a letter that lowers to two
                 col.said_in = (speaker, sentence)
                 recommendations(speaker, sentence, col)
                 _mention_names(toks, lows, col, lowercase_words)

@@ -13,26 +13,41 @@ MAX_CHARS = 60_000          # text read per extraction (a setting caps turns at 
 # ── Text preparation ─────────────────────────────────────────────────────────────────────
 
 _LABEL = re.compile(r"(?im)^[ \t]*(user|assistant|human|ai|bot|system)[ \t]*:[ \t]?")
+
+
+# Long turns made these scans a quarter of local extraction. A lookahead of the first letters
+# lets a scan pass over other positions, and a literal every match contains (searched with
+# the same flags) spares a turn without it the scan: the same matches either way.
+def _contraction(pattern: str, repl: str, needs: str | None, flags: int = 0):
+    """A contraction's rewrite, and the literal its matches contain (None: too common to test)."""
+    return (re.compile(pattern, flags), repl,
+            None if needs is None else re.compile(re.escape(needs), flags))
+
+
 _CONTRACTIONS = [
-    (re.compile(r"\b([Cc]a)n'?t\b"), r"\1n not"),
-    (re.compile(r"\b([Ww])on't\b"), r"\1ill not"),
-    (re.compile(r"\b(\w+)n't\b"), r"\1 not"),
-    (re.compile(r"\b(do|does|did|is|are|was|were|have|has|had|would|could|should)nt\b",
-                re.I), r"\1 not"),
-    (re.compile(r"\b([Ii])'?m\b"), r"\1 am"),
-    (re.compile(r"\b([Ii])'ve\b"), r"\1 have"),
-    (re.compile(r"(\w)'ve\b"), r"\1 have"),
-    (re.compile(r"\b([Ii])'ll\b"), r"\1 will"),
-    (re.compile(r"(\w)'ll\b"), r"\1 will"),
-    (re.compile(r"\b([Ii]|you|we|they|he|she)'d\b", re.I), r"\1 would"),
-    (re.compile(r"(\w)'re\b"), r"\1 are"),
-    (re.compile(r"\b(it|that|he|she|there|what|who|where|here|this)'s\b", re.I), r"\1 is"),
-    (re.compile(r"\b([Ll])et's\b"), r"\1et us"),
-    (re.compile(r"\b([Gg])onna\b"), r"\1oing to"),
-    (re.compile(r"\b([Ww])anna\b"), r"\1ant to"),
-    (re.compile(r"\b([Gg])otta\b"), r"\1ot to"),
+    _contraction(r"(?=[Cc])\b([Cc]a)n'?t\b", r"\1n not", "an"),
+    _contraction(r"\b([Ww])on't\b", r"\1ill not", "on't"),
+    _contraction(r"\b(\w+)n't\b", r"\1 not", "n't"),
+    _contraction(r"(?=[dihawcs])\b(do|does|did|is|are|was|were|have|has|had|would|could|should)nt\b",
+                 r"\1 not", "nt", re.I),
+    _contraction(r"(?=[Ii])\b([Ii])'?m\b", r"\1 am", None),
+    _contraction(r"\b([Ii])'ve\b", r"\1 have", "'ve"),
+    _contraction(r"(\w)'ve\b", r"\1 have", "'ve"),
+    _contraction(r"\b([Ii])'ll\b", r"\1 will", "'ll"),
+    _contraction(r"(\w)'ll\b", r"\1 will", "'ll"),
+    _contraction(r"\b([Ii]|you|we|they|he|she)'d\b", r"\1 would", "'d", re.I),
+    _contraction(r"(\w)'re\b", r"\1 are", "'re"),
+    _contraction(r"(?=[ithsw])\b(it|that|he|she|there|what|who|where|here|this)'s\b", r"\1 is",
+                 "'s", re.I),
+    _contraction(r"\b([Ll])et's\b", r"\1et us", "et's"),
+    _contraction(r"\b([Gg])onna\b", r"\1oing to", "onna"),
+    _contraction(r"\b([Ww])anna\b", r"\1ant to", "anna"),
+    _contraction(r"\b([Gg])otta\b", r"\1ot to", "otta"),
 ]
-_TITLE_DOT = re.compile(r"\b(Dr|Mr|Mrs|Ms|Mx|Prof|St|Jr|Sr|Mt|Capt|Rev|Fr)\.(?=\s)", re.I)
+_TITLE_DOT = re.compile(r"(?=[dmpsjcrf])\b(Dr|Mr|Mrs|Ms|Mx|Prof|St|Jr|Sr|Mt|Capt|Rev|Fr)\.(?=\s)",
+                       re.I)
+
+
 def _lower(text: str) -> str:
     low = text.lower()
     if len(low) == len(text):
@@ -45,8 +60,9 @@ def _normalize(text: str) -> str:
     text = (text.replace("’", "'").replace("‘", "'").replace("“", '"').replace("”", '"')
             .replace("\u00a0", " "))
     text = _TITLE_DOT.sub(r"\1", text)
-    for pattern, repl in _CONTRACTIONS:
-        text = pattern.sub(repl, text)
+    for pattern, repl, needs in _CONTRACTIONS:
+        if needs is None or needs.search(text):
+            text = pattern.sub(repl, text)
     return text
 
 
@@ -102,7 +118,10 @@ def _is_cap(tok: str) -> bool:
         return False
     if tok[0].isupper():
         return True
-    return any(c.isupper() for c in tok[1:]) and tok[0].islower()   # iPhone, macOS, eBay
+    rest = tok[1:]
+    if not rest or rest.islower():      # the common case, decided without a per-letter scan
+        return False
+    return any(c.isupper() for c in rest) and tok[0].islower()   # iPhone, macOS, eBay
 
 
 def _is_word(tok: str) -> bool:
