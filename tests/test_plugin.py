@@ -307,12 +307,24 @@ def test_a_failing_handler_degrades_instead_of_hanging_pygpt(host, monkeypatch):
 
 
 def test_a_late_search_lets_the_turn_go_ahead(host, monkeypatch):
+    import concurrent.futures
+    import threading
     import memoryplus.plugin.turns as mod
     window, plugin = host()
     chat_turn(window, "I live in Berlin.", "ok", ctx_id=1)
     settle(window, plugin)
     monkeypatch.setattr(mod, "INJECT_WAIT_S", 0.0)
     monkeypatch.setattr(plugin.cache, "get", lambda bank, q: None)
+    search = plugin.service.search
+
+    def slow_search(params, timeout):
+        # the worker's answer comes after the turn's budget (a search of a small bank can
+        # come within it, and the test then saw no late search)
+        late = concurrent.futures.Future()
+        real = search(params, timeout=timeout)
+        threading.Timer(1.0, lambda: late.set_result(real.result())).start()
+        return late
+    monkeypatch.setattr(plugin.service, "search", slow_search)
     start = time.monotonic()
     prompt = chat_turn(window, "Where do I live, really?", "?", ctx_id=2)
     assert time.monotonic() - start < 2.0
