@@ -78,9 +78,7 @@ def _extract_blocks(blocks: list[tuple[str, str]], spec: ModeSpec) -> LocalExtra
                 toks = EXTRACTION_TOKEN.findall(sentence)
                 if not toks:
                     continue
-                lows = [t.lower() for t in toks]
-                if any(map(int.__ne__, map(len, lows), map(len, toks))):
-                    lows = [_lower(t) for t in toks]     # a letter that lowers to two
+                lows = [_lower(t) for t in toks]
                 col.said_in = (speaker, sentence)
                 recommendations(speaker, sentence, col)
                 _mention_names(toks, lows, col, lowercase_words)
