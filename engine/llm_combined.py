@@ -97,6 +97,9 @@ def install() -> None:
             return await nodes_step(clients, episode, previous_episodes, entity_types,
                                     excluded_entity_types, custom_extraction_instructions)
         shown = {sig: names for sig, names in (state.edge_type_map or {}).items() if sig != ANY}
+        # add_episode read them by uuid, in no order, and hands this same list to its later
+        # steps: sorted in place, every prompt shows the conversation as it ran
+        previous_episodes.sort(key=said_at)
         nodes, state.edges, index_map = await combined_extraction.extract_nodes_and_edges(
             clients, episode, previous_episodes[-PREVIOUS_TURNS:], entity_types=entity_types,
             excluded_entity_types=excluded_entity_types, edge_type_map=shown or state.edge_type_map,
@@ -129,6 +132,16 @@ def install() -> None:
     graphiti_module.extract_edges = extract_edges
     combined_extraction.generate_prompt_response = answer
     _installed = True
+
+
+def said_at(episode) -> tuple[float, float]:
+    """A turn's place in the conversation: its time, then when it was stored, the order of
+    graphiti's own retrieve_episodes ("chronological order"). Its read by uuids, which
+    add_episode uses for the turns we name, keeps no order; the combined prompt tells the
+    model to read these turns "in order"."""
+    def seconds(t) -> float:
+        return t.timestamp() if t is not None else float("-inf")
+    return seconds(episode.valid_at), seconds(episode.created_at)
 
 
 def _keep_unlinked(state: Combined, nodes: list, index_map: dict, entity_types, excluded, group_id) -> None:

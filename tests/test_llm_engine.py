@@ -313,3 +313,28 @@ async def test_a_second_niece_replaces_nobody_a_second_dentist_does(make_engine,
     current = [f["text"] for f in await eng.browse("p", "facts") if f["current"]]
     assert any("Ravi" in f for f in current) and any("Aisha" in f for f in current), current
     assert any("Tomasz" in f for f in current) and not any("Ingrid" in f for f in current), current
+
+
+def _previous_messages(body: dict) -> list[dict]:
+    """The PREVIOUS MESSAGES of a request graphiti built (its prompts embed them as JSON)."""
+    text = json.dumps(body["input"])
+    text = json.loads(f'"{text.split("<PREVIOUS MESSAGES>")[1].split("</PREVIOUS MESSAGES>")[0]}"')
+    return json.loads(text)
+
+
+async def test_the_model_reads_the_earlier_turns_in_the_order_they_were_said(make_engine, llm):
+    """The extraction prompt shows the turns before this one so that the model can tell what
+    "it" or "that" refers to. A turn stored late (a retry after a 429, an import of an older
+    chat) must still come in its place: the model reads them as the conversation ran."""
+    eng = make_engine(**llm_settings(llm))
+    said = {"a": "I adopted a dog called Rex.", "b": "He is a beagle.",
+            "c": "He hates the vet, Dr Okafor.", "d": "She says he is healthy though."}
+    hours = {"a": 1, "b": 2, "c": 3, "d": 4}
+    for key in ("a", "c", "b"):                  # b is stored after c, as a retried turn would be
+        await eng.ingest("p", [Turn(id=key, user=said[key], time=T0 + timedelta(hours=hours[key]))])
+    await eng.ingest("p", [Turn(id="d", user=said["d"], time=T0 + timedelta(hours=4))])
+    last = [b for _, b in llm.requests if b and "input" in b and "CombinedExtraction" in json.dumps(b)][-1]
+    assert said["d"] in json.dumps(last["input"])
+    shown = _previous_messages(last)
+    assert [m["content"].split("\n")[0] for m in shown] == [f"User: {said[k]}" for k in ("a", "b", "c")], shown
+    assert [m["timestamp"] for m in shown] == sorted(m["timestamp"] for m in shown)
