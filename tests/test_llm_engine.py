@@ -317,9 +317,12 @@ async def test_a_second_niece_replaces_nobody_a_second_dentist_does(make_engine,
 
 def _previous_messages(body: dict) -> list[dict]:
     """The PREVIOUS MESSAGES of a request graphiti built (its prompts embed them as JSON)."""
-    text = json.dumps(body["input"])
-    text = json.loads(f'"{text.split("<PREVIOUS MESSAGES>")[1].split("</PREVIOUS MESSAGES>")[0]}"')
-    return json.loads(text)
+    for message in body["input"]:
+        content = message.get("content")
+        for text in [content] if isinstance(content, str) else [c.get("text", "") for c in content]:
+            if "<PREVIOUS MESSAGES>" in text:
+                return json.loads(text.split("<PREVIOUS MESSAGES>")[1].split("</PREVIOUS MESSAGES>")[0])
+    raise AssertionError(f"no PREVIOUS MESSAGES in {body}")
 
 
 async def test_the_model_reads_the_earlier_turns_in_the_order_they_were_said(make_engine, llm):
