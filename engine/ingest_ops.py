@@ -207,8 +207,7 @@ class IngestOps:
         spec = self.pool.spec()
         previous = await bank.graphiti.retrieve_episodes(episode.valid_at, last_n=llm_combined.PREVIOUS_TURNS + 1,
                                                          group_ids=[bank.slug])   # + 1: this turn, pending
-        previous = sorted((p for p in previous if p.uuid != episode.uuid),
-                          key=llm_combined.said_at)[-llm_combined.PREVIOUS_TURNS:]
+        previous = [p for p in previous if p.uuid != episode.uuid][-llm_combined.PREVIOUS_TURNS:]
         # entities and facts in one call (graphiti's combined prompt), dates by rule where a
         # rule knows: for this call only (context variables)
         with llm_combined.scope(spec.edge_types or None, spec.edge_type_map or None, episode.content):
