@@ -34,6 +34,7 @@ from memoryplus.engine.providers import (
     embeddings_unserved, llm_available, local_choice, resolve_embedder,
 )
 from memoryplus.engine.kuzu_statements import lookups_cheaper
+from memoryplus.engine.kuzu_repair import compact_if_grown
 from memoryplus.engine.queries import q
 from memoryplus.engine.store import (StoreError, close_kuzu, ensure_turn_vectors,
                                      open_kuzu, open_neo4j)
@@ -369,10 +370,25 @@ class BankPool:
                     or (idle_s and time.monotonic() - bank.used_at >= idle_s)
                     or store.outgrown(bank.driver, bank.dir, self.settings.kuzu_buffer_pool_mb)):
                 await self.close_bank(bank, keep_turns=True)
+                await self._compact(bank)
                 closed = True
             elif self._stale_pages(bank):
                 await self._give_pages_back(bank)
         return closed
+
+    async def _compact(self, bank: Bank) -> None:
+        """Compact a Kuzu bank maintenance just closed, if its file has grown
+        (kuzu_repair.compact_if_grown), so that its next use need not wait for it: a use
+        meanwhile waits to open it. The turn index kept for the reopening stays valid: the
+        rows are the same."""
+        async with self._open_lock:
+            if bank.name in self.banks:
+                return
+            kept = self._kept_turns.get(bank.name)
+            valid = kept is not None and kept[1] == _file_state(bank.dir)
+            pool = store.pool_mb_for(bank.dir, self.settings.kuzu_buffer_pool_mb)
+            if await asyncio.to_thread(compact_if_grown, bank.dir, bank.name, pool) and valid:
+                self._kept_turns[bank.name] = (kept[0], _file_state(bank.dir))
 
     @staticmethod
     def _pages_mark(bank: Bank) -> tuple[float, bool]:

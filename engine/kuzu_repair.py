@@ -4,7 +4,9 @@ the files that mark a bank's state beside its database.
 Kuzu 0.11.3 can crash replaying a log a kill cut short, and an older version's banks have
 full-text indexes (which Kuzu left inconsistent after replaying a killed owner's log) and the
 damage an interrupted repair of theirs could leave: each is dealt with here, and each repair
-survives a kill at any point (tests/test_store_repair.py kills it at each).
+survives a kill at any point (tests/test_store_repair.py kills it at each). A healthy bank
+whose file has grown with the pages its checkpoints left behind is compacted the same way
+(compact_if_grown; tests/test_store_compaction.py).
 """
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ from memoryplus.engine.stopwords import STOPWORDS_TABLE
 log = logging.getLogger("memoryplus.store")
 
 REPAIR_BACKUP = "repair-backup"     # a copy of the bank taken before a repair touches it
-REBUILD_DIR = "rebuild"             # a bank rebuilt from an export of its damaged database
+REBUILD_DIR = "rebuild"             # a bank rebuilt from an export of its data (damaged, or compacted)
 _DONE = "complete"                  # written last: the copy in that directory is whole
 # Test only: kill this process at a named point of the repair (see _test_kill_point).
 TEST_KILL_IN_REPAIR_ENV = "MEMORYPLUS_TEST_KILL_IN_REPAIR"
@@ -39,9 +41,10 @@ MAX_DB_BYTES = 1 << 38
 _DATABASE = kuzu.Database       # Kuzu's own: store.open_kuzu patches kuzu.Database to call us
 
 
-def database(path: Path | str, buffer_pool_mb: int) -> kuzu.Database:
+def database(path: Path | str, buffer_pool_mb: int, *, read_only: bool = False) -> kuzu.Database:
     """A Kuzu database as every bank is opened: bounded buffer pool and address space."""
-    return _DATABASE(str(path), buffer_pool_size=buffer_pool_mb * 1024 * 1024, max_db_size=MAX_DB_BYTES)
+    return _DATABASE(str(path), buffer_pool_size=buffer_pool_mb * 1024 * 1024, max_db_size=MAX_DB_BYTES,
+                     read_only=read_only)
 
 
 def is_address_space_error(text: str) -> bool:
@@ -146,7 +149,8 @@ def _drop_backup(backup: Path) -> None:
 
 
 def _finish_rebuild(bank_dir: Path, bank_name: str) -> None:
-    """Swap in a rebuilt database whose build finished; drop an unfinished build."""
+    """Swap in a rebuilt database whose build finished (a damaged bank's, or a compacted
+    one); drop an unfinished build."""
     rebuild = bank_dir / REBUILD_DIR
     if not rebuild.is_dir():
         return
@@ -157,7 +161,7 @@ def _finish_rebuild(bank_dir: Path, bank_name: str) -> None:
         if (rebuild / "graph.kuzu").exists():
             os.replace(rebuild / "graph.kuzu", bank_dir / "graph.kuzu")
             fsync_dir(bank_dir)
-            log.warning("bank %r: rebuilt from an export of its damaged database", bank_name)
+            log.info("bank %r: swapped in its database rebuilt from an export of its data", bank_name)
     _remove_tree(rebuild)
 
 
@@ -398,39 +402,132 @@ def _check_and_repair(bank_dir: Path, bank_name: str, buffer_pool_mb: int) -> No
 def _rebuild(bank_dir: Path, bank_name: str, buffer_pool_mb: int, why: str) -> None:
     """Export the damaged database and import it into a fresh one with every index."""
     t0 = time.monotonic()
+    try:
+        _export_import(bank_dir, buffer_pool_mb)
+    except RuntimeError as exc:
+        _remove_tree(bank_dir / REBUILD_DIR)
+        raise damaged(bank_name, bank_dir, f"is damaged ({why[:300]}) and could not be rebuilt "
+                                            f"({str(exc).splitlines()[0][:200]})") from None
+    _mark_rebuilt(bank_dir)
+    _finish_rebuild(bank_dir, bank_name)
+    log.warning("bank %r: %s; rebuilt it from an export of its data (%.2f s)", bank_name, why,
+                time.monotonic() - t0)
+
+
+def _export_import(bank_dir: Path, buffer_pool_mb: int, *, compacting: bool = False) -> tuple[dict, dict]:
+    """Export the bank's database with Kuzu's EXPORT DATABASE and import it into a fresh one
+    in rebuild/ (not yet complete: _mark_rebuilt). When `compacting` a healthy bank, it is
+    only read, and the rows of each table are counted before and after. Kuzu's RuntimeError
+    when either fails."""
     rebuild = bank_dir / REBUILD_DIR
     _remove_tree(rebuild)
     rebuild.mkdir(mode=0o700)
     export = rebuild / "export"
+    before = after = {}
+    _test_kill_point("compacting")
+    db = database(bank_dir / "graph.kuzu", buffer_pool_mb, read_only=compacting)
+    conn = kuzu.Connection(db)
+    try:   # the path is ours (the bank's directory), passed as a quoted literal
+        before = _row_counts(conn) if compacting else {}
+        conn.execute(f"EXPORT DATABASE '{_cypher_path(export)}' (format='parquet')")
+    finally:
+        conn.close()
+        db.close()
+    (export / "index.cypher").write_text("")   # a bank keeps no full-text index
+    db = database(rebuild / "graph.kuzu", buffer_pool_mb)
+    conn = kuzu.Connection(db)
     try:
-        db = database(bank_dir / "graph.kuzu", buffer_pool_mb)
-        conn = kuzu.Connection(db)
-        try:   # the path is ours (the bank's directory), passed as a quoted literal
-            conn.execute(f"EXPORT DATABASE '{_cypher_path(export)}' (format='parquet')")
-        finally:
-            conn.close()
-            db.close()
-        (export / "index.cypher").write_text("")   # a bank keeps no full-text index
-        db = database(rebuild / "graph.kuzu", buffer_pool_mb)
-        conn = kuzu.Connection(db)
-        try:
-            conn.execute(f"IMPORT DATABASE '{_cypher_path(export)}'")
-            conn.execute("CHECKPOINT")
-        finally:
-            conn.close()
-            db.close()
-    except RuntimeError as exc:
-        _remove_tree(rebuild)
-        raise damaged(bank_name, bank_dir, f"is damaged ({why[:300]}) and could not be rebuilt "
-                                            f"({str(exc).splitlines()[0][:200]})") from None
+        conn.execute(f"IMPORT DATABASE '{_cypher_path(export)}'")
+        conn.execute("CHECKPOINT")
+        after = _row_counts(conn) if compacting else {}
+    finally:
+        conn.close()
+        db.close()
     _remove_tree(export)
+    return before, after
+
+
+def _row_counts(conn: kuzu.Connection) -> dict[str, int]:
+    out = {}
+    for _id, table, kind, *_ in conn.execute("CALL show_tables() RETURN *").get_all():
+        pattern = f"(:`{table}`)" if kind == "NODE" else f"()-[:`{table}`]->()"
+        out[table] = conn.execute(f"MATCH {pattern} RETURN count(*)").get_next()[0]
+    return out
+
+
+def _mark_rebuilt(bank_dir: Path) -> None:
+    """The rebuilt database is whole: from here on it replaces the bank's (_finish_rebuild)."""
+    rebuild = bank_dir / REBUILD_DIR
     fsync_dir(rebuild)
     (rebuild / _DONE).write_text(str(time.time()))
     fsync_dir(rebuild)
     _test_kill_point("rebuild_ready")
+
+
+# Kuzu 0.11.3 has no VACUUM (kuzudb/kuzu#4798), and a checkpoint writes the column chunks that
+# grew anew, keeping the old pages: the bench's bank took 18 KB a turn on disk at 20,000 turns
+# (360 MB) and 83 MB once exported and imported; a bank flushed every 10 turns, 36 KB a turn at
+# 2,000. The buffer pool is sized to the file (store.pool_mb_for), and the worker's memory
+# grows with the pages a checkpoint writes. So a bank whose file has grown to COMPACT_GROWTH
+# times its size after the last compaction is rebuilt the same crash-safe way as a damaged one.
+COMPACTED_MARKER = "compacted-mb"     # the file's size (MB) after its last compaction
+COMPACT_MIN_MB = 64
+COMPACT_GROWTH = 2.0
+
+
+def compact_if_grown(bank_dir: Path, bank_name: str, buffer_pool_mb: int) -> bool:
+    """Rebuild a closed, flushed Kuzu bank from an export of its data when its file has grown
+    (above); True when it was. Every table must hold as many rows after as before, or the
+    bank is left as it was. The caller holds the bank closed; another process holding it, or
+    any failure, leaves it as it was (logged)."""
+    db_file, wal = bank_dir / "graph.kuzu", bank_dir / "graph.kuzu.wal"
+    try:
+        mb = db_file.stat().st_size / 1048576
+        if wal.exists() and wal.stat().st_size > 0:
+            return False            # writes not checkpointed: the repair's business at open
+    except OSError:
+        return False
+    if mb < COMPACT_MIN_MB or mb < COMPACT_GROWTH * _compacted_mb(bank_dir):
+        return False
+    t0 = time.monotonic()
+    try:
+        before, after = _export_import(bank_dir, buffer_pool_mb, compacting=True)
+    except (RuntimeError, OSError) as exc:
+        _remove_tree(bank_dir / REBUILD_DIR)
+        text = str(exc)
+        if _is_lock_error(text) or is_address_space_error(text):
+            return False                    # not now: tried at the next open
+        _record_compacted(bank_dir, mb)     # tried again when it has grown as much again
+        log.warning("bank %r: could not compact its database (%s); it is unchanged", bank_name,
+                    text.splitlines()[0][:200] if text else type(exc).__name__)
+        return False
+    if before != after:
+        _remove_tree(bank_dir / REBUILD_DIR)
+        _record_compacted(bank_dir, mb)
+        log.warning("bank %r: its compacted copy did not hold the same rows (%s against %s); "
+                    "the bank is unchanged", bank_name, after, before)
+        return False
+    _mark_rebuilt(bank_dir)
     _finish_rebuild(bank_dir, bank_name)
-    log.warning("bank %r: %s; rebuilt it from an export of its data (%.2f s)", bank_name, why,
-                time.monotonic() - t0)
+    new_mb = db_file.stat().st_size / 1048576
+    _record_compacted(bank_dir, new_mb)
+    log.info("bank %r: compacted its database from %.0f to %.0f MB (%.2f s)", bank_name, mb,
+             new_mb, time.monotonic() - t0)
+    return True
+
+
+def _compacted_mb(bank_dir: Path) -> float:
+    try:
+        return float((bank_dir / COMPACTED_MARKER).read_text())
+    except (OSError, ValueError):
+        return 0.0
+
+
+def _record_compacted(bank_dir: Path, mb: float) -> None:
+    try:
+        (bank_dir / COMPACTED_MARKER).write_text(f"{mb:.1f}")
+    except OSError:
+        pass
 
 
 def _cypher_path(path: Path) -> str:

@@ -21,8 +21,8 @@ from graphiti_core.driver.driver import GraphDriver, GraphProvider
 
 from memoryplus.engine.errors import BankLockedError, StoreError, WriteStoreError
 from memoryplus.engine.kuzu_repair import (
-    CREATED_MARKER, INDEXES_CHECKED, damaged, database, graphiti_fulltext_indexes, is_address_space_error,
-    repair_after_unclean_exit)
+    CREATED_MARKER, INDEXES_CHECKED, compact_if_grown, damaged, database, graphiti_fulltext_indexes,
+    is_address_space_error, repair_after_unclean_exit)
 
 log = logging.getLogger("memoryplus.store")
 _PATCH_LOCK = threading.Lock()
@@ -170,8 +170,11 @@ def open_kuzu(bank_dir: Path, bank_name: str, *, buffer_pool_mb: int, app: str) 
     bank_dir.mkdir(parents=True, exist_ok=True)
     db_path = str(bank_dir / "graph.kuzu")
     _close_leaked(bank_dir, bank_name)
-    buffer_pool_mb = pool_mb_for(bank_dir, buffer_pool_mb)
-    repair_after_unclean_exit(bank_dir, bank_name, buffer_pool_mb, _owner_of(bank_dir)[0])
+    setting_mb, buffer_pool_mb = buffer_pool_mb, pool_mb_for(bank_dir, buffer_pool_mb)
+    owner = _owner_of(bank_dir)[0]
+    repair_after_unclean_exit(bank_dir, bank_name, buffer_pool_mb, owner)
+    if owner in (None, os.getpid()) and compact_if_grown(bank_dir, bank_name, buffer_pool_mb):
+        buffer_pool_mb = pool_mb_for(bank_dir, setting_mb)      # the smaller file's
     original = kuzu.Database
 
     def bounded(path, *a, **kw):
