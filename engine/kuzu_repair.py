@@ -423,7 +423,6 @@ def _export_import(bank_dir: Path, buffer_pool_mb: int, *, compacting: bool = Fa
     _remove_tree(rebuild)
     rebuild.mkdir(mode=0o700)
     export = rebuild / "export"
-    before = after = {}
     _test_kill_point("compacting")
     db = database(bank_dir / "graph.kuzu", buffer_pool_mb, read_only=compacting)
     conn = kuzu.Connection(db)

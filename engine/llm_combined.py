@@ -136,7 +136,7 @@ def install() -> None:
 
 def said_at(episode) -> tuple[float, float]:
     """A turn's place in the conversation: its time, then when it was stored, the order of
-    graphiti's own retrieve_episodes ("chronological order"). Its read by uuids, which
+    graphiti's own retrieve_episodes ("chronological order"). The read by uuids, which
     add_episode uses for the turns we name, keeps no order; the combined prompt tells the
     model to read these turns "in order"."""
     def seconds(t) -> float:
