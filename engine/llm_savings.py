@@ -16,6 +16,9 @@
   same text ("Freya is from Utrecht and lives in Krakow": Freya-Utrecht, Freya-Krakow). graphiti
   resolves each against the bank with its own call, and when the facts found are the same the
   prompts are the same, word for word: they are asked once per turn, the answer shared.
+  Such a text is also shown once within a prompt (unique_facts): graphiti lists every edge
+  among the facts a new one is checked against, and the model cannot tell same-text edges
+  apart, so what it answers for the text holds for each of them.
 """
 from __future__ import annotations
 
@@ -77,6 +80,46 @@ def said_about(name: str, episode_text: str) -> str:
     return truncate_at_sentence(" ".join(found), MAX_SUMMARY_CHARS)
 
 
+def unique_facts(context: dict) -> tuple[dict, list[list[int]]]:
+    """graphiti's fact-resolution context with each fact text shown once, and, per idx shown,
+    the idx values it stands for. A statement the model gave as several facts (one per pair
+    of entities) is several edges with one text; graphiti lists each, the model cannot tell
+    them apart, and a list of ten candidates often held a text two or three times."""
+    groups: dict[str, list[int]] = {}
+    lists: tuple[list[str], list[str]] = ([], [])
+    for kept, items in zip(lists, (context.get("existing_edges") or [],
+                                   context.get("edge_invalidation_candidates") or [])):
+        for item in items:
+            text = item["fact"]
+            if text not in groups:
+                groups[text] = []
+                kept.append(text)
+            groups[text].append(item["idx"])
+    existing, candidates = lists
+    shown = dict(context,
+                 existing_edges=[{"idx": i, "fact": t} for i, t in enumerate(existing)],
+                 edge_invalidation_candidates=[{"idx": len(existing) + i, "fact": t}
+                                               for i, t in enumerate(candidates)])
+    return shown, [groups[t] for t in existing + candidates]
+
+
+def facts_answered(answer: dict, groups: list[list[int]], existing: int) -> dict:
+    """The model's answer to a unique_facts context, in graphiti's idx values: a fact text
+    found a duplicate or contradicted stands for every edge with that text (as a duplicate,
+    only those of the EXISTING FACTS, the first `existing` idx values). An idx out of range
+    stays out of range, for graphiti to report."""
+    total = sum(len(g) for g in groups)
+
+    def back(values, limit: int) -> list[int]:
+        out: list[int] = []
+        for i in values or []:
+            mine = groups[i] if 0 <= i < len(groups) else [i if i < 0 else total + i - len(groups)]
+            out += [o for o in mine if o not in out and (o >= total or o < 0 or o < limit)]
+        return out
+    return dict(answer, duplicate_facts=back(answer.get("duplicate_facts"), existing),
+                contradicted_facts=back(answer.get("contradicted_facts"), total))
+
+
 def install() -> None:
     """Wrap graphiti's per-fact dating call, its entity summaries and its fact-resolution
     prompt (idempotent); each applies where `active` (or `asked`) is set."""
@@ -113,13 +156,18 @@ def install() -> None:
 
     async def resolved_once(llm_client, prompt_name, legacy_prompt, context, **kwargs):
         answers = asked.get()
-        if answers is None or prompt_name != RESOLVE_PROMPT:
+        if prompt_name != RESOLVE_PROMPT or (answers is None and not active.get()):
             return await ask(llm_client, prompt_name, legacy_prompt, context, **kwargs)
-        key = json.dumps(context, sort_keys=True, default=str)
+        shown, groups = unique_facts(context)
+        if answers is None:
+            return facts_answered(await ask(llm_client, prompt_name, legacy_prompt, shown, **kwargs),
+                                  groups, len(context.get("existing_edges") or []))
+        key = json.dumps(shown, sort_keys=True, default=str)
         if key not in answers:
             answers[key] = asyncio.ensure_future(
-                ask(llm_client, prompt_name, legacy_prompt, context, **kwargs))
-        return copy.deepcopy(await asyncio.shield(answers[key]))
+                ask(llm_client, prompt_name, legacy_prompt, shown, **kwargs))
+        return facts_answered(copy.deepcopy(await asyncio.shield(answers[key])), groups,
+                              len(context.get("existing_edges") or []))
 
     edge_operations._extract_edge_timestamps = dated_by_rule_or_llm
     graphiti_module.extract_attributes_from_nodes = summarized_by_rule_or_llm

@@ -2,6 +2,7 @@
 real openai client sends), and that the cheaper route stores what stock graphiti stores."""
 from __future__ import annotations
 
+import json
 from collections import Counter
 from datetime import datetime, timedelta, timezone
 
@@ -157,6 +158,36 @@ async def test_one_statement_given_as_several_facts_is_resolved_once(make_engine
     assert spent["EdgeDuplicate"] == 1, spent
     found = [r.text for r in await eng.search("p", "Where do I live?") if r.kind == "fact"]
     assert any("Krakow" in t for t in found) and not any("Berlin" in t for t in found), found
+
+
+def resolution_prompts(server) -> list[str]:
+    """The text of each fact-resolution (EdgeDuplicate) request the server received."""
+    out = []
+    for _, body in server.requests:
+        text = json.dumps(body)
+        if "FACT INVALIDATION CANDIDATES" in text:
+            out.append(text)
+    return out
+
+
+async def test_a_fact_text_is_shown_once_when_a_new_fact_is_resolved(make_engine, llm):
+    """Several facts with one text (one statement, one fact per pair of entities) are shown
+    once in graphiti's resolution prompt, not once each: the model cannot tell them apart,
+    and what it answers for the text holds for every one of them (the move replaces them)."""
+    eng = make_engine(**llm_settings(llm))
+    await eng.ingest("p", [Turn(id="1", user="I work at Siemens and live in Krakow now.", time=T0)])
+    same = await eng.browse("p", "facts")
+    assert len(same) >= 2 and len({f["text"] for f in same}) == 1, same
+    text = same[0]["text"]
+    seen = len(resolution_prompts(llm))
+    await eng.ingest("p", [Turn(id="2", user="I live in Lisbon now.", time=T0 + timedelta(days=3))])
+    asked = resolution_prompts(llm)[seen:]
+    quoted = json.dumps(text)[1:-1]        # as the prompt's JSON body carries it
+    shown = [p for p in asked if quoted in p]
+    assert shown, "the new fact must be checked against the same-text facts, or this proves nothing"
+    assert all(p.count(quoted) == 1 for p in shown), [p.count(quoted) for p in shown]
+    found = [r.text for r in await eng.search("p", "Where do I live?") if r.kind == "fact"]
+    assert any("Lisbon" in t for t in found) and not any("Krakow" in t for t in found), found
 
 
 async def test_an_entity_named_without_a_fact_is_summarized_from_the_turn(make_engine, llm):
