@@ -77,9 +77,12 @@ async def fuse(pool: BankPool, bank: Bank, res, as_of: datetime | None,
         chunk, candidates = candidates[:room], candidates[room:]
         behind_each = await sources(pool, bank, [c for kind, c, _ in chunk if kind == "fact"],
                                     [c for kind, c, _ in chunk if kind == "entity"], known, t, latest)
+        await _read_texts(pool, bank, [c for kind, c, _ in chunk if kind == "episode"])
         for kind, c, score in chunk:
             first = len(out)
             if kind == "episode":
+                if not c.content:       # forgotten since it was found
+                    continue
                 meta = known[c.uuid]
                 out.append(SearchResult(id=c.uuid, kind="episode", text=c.content,
                                         valid_at=ts(c.valid_at), invalid_at=(ended or {}).get(c.uuid),
@@ -95,6 +98,15 @@ async def fuse(pool: BankPool, bank: Bank, res, as_of: datetime | None,
                 covered.add(out[-1].sources[0])
     out.sort(key=lambda r: r.score, reverse=True)
     return out
+
+
+async def _read_texts(pool: BankPool, bank: Bank, episodes: list) -> None:
+    """The text of turns found without it (the turn index's hits: content ""), read now
+    that they are to be shown: only these, not every hit."""
+    unread = [e for e in episodes if not e.content]
+    rows = await pool.episodes(bank, [e.uuid for e in unread]) if unread else {}
+    for e in unread:
+        e.content = (rows.get(e.uuid) or {}).get("content") or ""
 
 
 def _append_result(out: list[SearchResult], kind: str, c, behind: list[EpisodeMeta], score: float,

@@ -133,8 +133,8 @@ class IngestOps:
             meta.state = COMPLETE
             await self._complete(bank, ep_uuid, meta, edges, vectors)
         else:
-            await self._store_local(bank, episode, meta, vectors)
-        args = (ep_uuid, body, when, vec, replies, meta.dump())     # the name _complete stored
+            edges = await self._store_local(bank, episode, meta, vectors)
+        args = (ep_uuid, body, when, vec, replies, meta.dump(), edges)  # the name and facts _complete stored
         if bank.turns is not None:
             bank.turns.add(*args)
         elif bank.turns_pending is not None:    # the index is being built from a read that may miss it
@@ -163,7 +163,7 @@ class IngestOps:
                               entity_edges=episode.entity_edges, created_at=episode.created_at,
                               valid_at=episode.valid_at, source=episode.source.value, turn_vectors=vectors)
 
-    async def _store_local(self, bank: Bank, episode: EpisodicNode, meta: EpisodeMeta, vectors: str) -> None:
+    async def _store_local(self, bank: Bank, episode: EpisodicNode, meta: EpisodeMeta, vectors: str) -> list[str]:
         """The local route writes a turn in one Kuzu transaction: one commit for its dozens of
         rows, not one each (long turns: ~15 -> ~22 turns/s), and a failure leaves nothing of
         it. The LLM route cannot: searches wait while a transaction is open, and it waits on
@@ -177,6 +177,7 @@ class IngestOps:
         except BaseException:
             bank.entities = None     # the writer added the rolled-back entities to the index
             raise
+        return edges
 
     async def _store_llm(self, bank: Bank, episode: EpisodicNode, meta: EpisodeMeta, vectors: str) -> list[str]:
         """graphiti's extraction; where the model's answer is unusable, the rules'."""

@@ -54,7 +54,7 @@ def _queries(p: GraphProvider) -> dict[str, str]:
         # what the turn index is built from (turn_index.pack_vectors: the vectors kept)
         "turns_for_index": ("MATCH (e:Episodic) WHERE e.group_id = $gid RETURN e.uuid AS uuid, "
                             "e.name AS name, e.content AS content, e.valid_at AS valid_at, "
-                            "e.turn_vectors AS turn_vectors"),
+                            "e.entity_edges AS entity_edges, e.turn_vectors AS turn_vectors"),
         # a turn's row as graphiti's EpisodicNode.save writes it, and its vectors
         "save_turn": _with_vectors(get_episode_node_save_query(p)),
         "set_turn_vectors": ("UNWIND $rows AS r MATCH (e:Episodic) WHERE e.uuid = r.uuid "

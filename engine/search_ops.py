@@ -195,7 +195,8 @@ class SearchOps:
                     kept[i] = (np.asarray(v, np.float32), compact(replies))
                 index = TurnIndex(dim=len(kept[0][0]) if kept else bank.manifest.embedding_dim or 1)
                 for r, (v, replies) in zip(rows, kept):
-                    index.add(r["uuid"], r["content"] or "", ts(r["valid_at"]), v, replies, r["name"])
+                    index.add(r["uuid"], r["content"] or "", ts(r["valid_at"]), v, replies, r["name"],
+                              r["entity_edges"] or [])
                 for op, args in bank.turns_pending:
                     index.add(*args) if op == "add" else index.remove(*args)
                 bank.turns = index
@@ -242,7 +243,9 @@ class SearchOps:
                             to_assistant=local_extract.asks_about_assistant(text), pointed=pointed,
                             reply_vector=reply_query(bank.embedder, text, vec),
                             several=local_extract.asks_for_several(text))
-        rows = await self.pool.episodes(bank, [u for u, _ in hits])
+        rows = index.known_rows(u for u, _ in hits)     # their text is read if shown (fusion.py)
+        unknown = [u for u, _ in hits if u not in rows]
+        rows |= await self.pool.episodes(bank, unknown) if unknown else {}
         hits = [u for u, _ in hits if u in rows]
         edges = list({e for u in hits for e in rows[u]["entity_edges"] or []})
         # the facts' ends: those the graph index keeps (no read by uuid), then the rest
@@ -261,9 +264,11 @@ class SearchOps:
                 ended[u] = max(mine)
         if not past:
             hits.sort(key=lambda u: u in ended)      # stable: the index's order otherwise
+        # content "" (a stored turn is never empty): fusion reads the text of those it shows;
+        # created_at is not read there
         return [(EpisodicNode(uuid=u, name=rows[u]["name"], group_id=bank.slug, labels=[],
-                              source=EpisodeType.message, content=rows[u]["content"] or "",
-                              source_description="", created_at=ts(rows[u]["created_at"]),
+                              source=EpisodeType.message, content=rows[u].get("content") or "",
+                              source_description="", created_at=ts(rows[u]["valid_at"]),
                               valid_at=ts(rows[u]["valid_at"])), 1 / rank)
                 for rank, u in enumerate(hits, 1)], ended
 

@@ -246,20 +246,26 @@ def test_searches_between_writes_change_no_later_result():
                 compact(replies[i]).tolist()
 
 
-async def test_a_search_names_its_turns_from_the_index_as_the_bank_would(engine):
-    """The index holds each turn's row name (its id, tags and state), from its building and
-    from each turn stored after: a search's results name the turns behind their facts from
-    it, with no read of names by uuid (Kuzu scans every turn for one), and the results are
-    those of names read from the bank."""
+async def bank_indexed_then_written(engine):
+    """Bank "b" with 80 bench turns: 50 in it when its turn index is built, 30 stored after
+    (they reach the index from the writes); returns the bank and the bench's questions."""
     from memoryplus.cli.bench import load_data
-    from memoryplus.engine.queries import q
     from memoryplus.wire.records import Turn
     data, questions = load_data(80)
     stored = [Turn(id=t, user=u, assistant=a, time=T0 + timedelta(hours=i)) for i, (t, u, a) in enumerate(data)]
     await engine.ingest("b", stored[:50])
     await engine.search("b", "anything")                # the index is built from the bank here
-    await engine.ingest("b", stored[50:])                # these reach it from the writes
-    bank = await engine.pool.bank("b", create=False)
+    await engine.ingest("b", stored[50:])
+    return await engine.pool.bank("b", create=False), questions
+
+
+async def test_a_search_names_its_turns_from_the_index_as_the_bank_would(engine):
+    """The index holds each turn's row name (its id, tags and state), from its building and
+    from each turn stored after: a search's results name the turns behind their facts from
+    it, with no read of names by uuid (Kuzu scans every turn for one), and the results are
+    those of names read from the bank."""
+    from memoryplus.engine.queries import q
+    bank, questions = await bank_indexed_then_written(engine)
     rows = await engine.pool.query(bank, "turns_for_index", gid=bank.slug)
     assert len(rows) == 80 and all(bank.turns.name(r["uuid"]) == r["name"] for r in rows)
     names_read = q("episode_names", bank.provider)
@@ -276,3 +282,38 @@ async def test_a_search_names_its_turns_from_the_index_as_the_bank_would(engine)
     assert await results() == named
     assert reads, "the searches must name turns behind facts, or this proves nothing"
     assert any(tags for found in named for (_, _, _, tags, _) in found), "some results carry tags"
+
+
+async def test_a_search_reads_the_text_of_only_the_turns_it_may_show(engine):
+    """The index holds each turn's time and facts (entity_edges) with its name, from its
+    building and from each turn stored after: a search ranks its turn hits and tells which
+    have ended from it, and reads from the bank the text of only the turns it may show (a
+    read by key costs Kuzu ~0.3 ms), not of every hit; the results are those of rows read
+    from the bank."""
+    from memoryplus.engine.extract import asks_about_past
+    from memoryplus.engine.queries import q
+    bank, questions = await bank_indexed_then_written(engine)
+    by_uuid = {q("episodes_by_uuid", bank.provider), q("episode_by_uuid", bank.provider)}
+    reads: list[list[str]] = []
+    bank.driver.observers.append(
+        lambda query, params: reads[-1].extend(params.get("uuids") or [params.get("uuid")])
+        if query in by_uuid and reads else None)
+    asked = [q for q, _ in questions[:30]] + ["Where did I live before?", "What did I use to do for work?"]
+    limit = 3
+
+    async def results():
+        out = []
+        for text in asked:
+            reads.append([])
+            out.append([(r.id, r.kind, r.text, r.valid_at, r.invalid_at, r.sources, r.score)
+                        for r in await engine.search("b", text, limit=limit)])
+        return out
+    found = await results()
+    assert any(r[1] == "episode" for f in found for r in f), "some results are turns"
+    now = [len(set(r)) for a, r in zip(asked, reads) if not asks_about_past(a)]  # the past: all found
+    assert max(now) <= limit + 2, now       # the spares fusion reads
+    bank.turns.rows = [None] * len(bank.turns.rows)      # as if the index did not know them
+    reads.clear()
+    assert await results() == found
+    assert max(len(set(r)) for a, r in zip(asked, reads) if not asks_about_past(a)) > limit + 2, \
+        "with rows read, every hit is read: this proves nothing"
