@@ -160,14 +160,14 @@ def install() -> None:
             return await ask(llm_client, prompt_name, legacy_prompt, context, **kwargs)
         shown, groups = unique_facts(context)
         if answers is None:
-            return facts_answered(await ask(llm_client, prompt_name, legacy_prompt, shown, **kwargs),
-                                  groups, len(context.get("existing_edges") or []))
-        key = json.dumps(shown, sort_keys=True, default=str)
-        if key not in answers:
-            answers[key] = asyncio.ensure_future(
-                ask(llm_client, prompt_name, legacy_prompt, shown, **kwargs))
-        return facts_answered(copy.deepcopy(await asyncio.shield(answers[key])), groups,
-                              len(context.get("existing_edges") or []))
+            answer = await ask(llm_client, prompt_name, legacy_prompt, shown, **kwargs)
+        else:
+            key = json.dumps(shown, sort_keys=True, default=str)
+            if key not in answers:
+                answers[key] = asyncio.ensure_future(
+                    ask(llm_client, prompt_name, legacy_prompt, shown, **kwargs))
+            answer = copy.deepcopy(await asyncio.shield(answers[key]))
+        return facts_answered(answer, groups, len(context.get("existing_edges") or []))
 
     edge_operations._extract_edge_timestamps = dated_by_rule_or_llm
     graphiti_module.extract_attributes_from_nodes = summarized_by_rule_or_llm
