@@ -14,19 +14,17 @@
   Only an entity the turn does not name word for word still goes to the LLM.
 - Fact resolution asked twice. The model often gives one statement as several facts with the
   same text ("Freya is from Utrecht and lives in Krakow": Freya-Utrecht, Freya-Krakow). graphiti
-  resolves each against the bank with its own call, and when the facts found are the same the
-  prompts are the same, word for word: they are asked once per turn, the answer shared.
-  Such a text is also shown once within a prompt (unique_facts): graphiti lists every edge
-  among the facts a new one is checked against, and the model cannot tell same-text edges
-  apart, so what it answers for the text holds for each of them.
+  resolves each against the bank with its own call, each with the facts its search found for
+  its pair of entities. They are asked once per turn (shown_once): the facts found for any of
+  them, each text shown once (graphiti lists every edge, and the model cannot tell same-text
+  edges apart), and what the model answers for a text holds for each fact of it.
 """
 from __future__ import annotations
 
 import asyncio
 import contextvars
-import copy
-import json
 import re
+from dataclasses import dataclass, field
 
 from graphiti_core import graphiti as graphiti_module
 from graphiti_core.utils.datetime_utils import ensure_utc
@@ -57,8 +55,8 @@ active: contextvars.ContextVar[bool] = contextvars.ContextVar("memoryplus_llm_sa
 # Texts of the facts already dated in this call (by llm_combined's batch dating).
 settled: contextvars.ContextVar[set[str] | None] = contextvars.ContextVar("memoryplus_settled_dates",
                                                                           default=None)
-# The fact-resolution answers of this call, by prompt context (each asked once, then shared).
-asked: contextvars.ContextVar[dict[str, asyncio.Future] | None] = contextvars.ContextVar(
+# The fact resolutions of this call (one turn), by new fact text: each asked once, then shared.
+asked: contextvars.ContextVar[dict[str, "_Resolution"] | None] = contextvars.ContextVar(
     "memoryplus_resolution_answers", default=None)
 
 
@@ -80,44 +78,64 @@ def said_about(name: str, episode_text: str) -> str:
     return truncate_at_sentence(" ".join(found), MAX_SUMMARY_CHARS)
 
 
-def unique_facts(context: dict) -> tuple[dict, list[list[int]]]:
-    """graphiti's fact-resolution context with each fact text shown once, and, per idx shown,
-    the idx values it stands for. A statement the model gave as several facts (one per pair
-    of entities) is several edges with one text; graphiti lists each, the model cannot tell
-    them apart, and a list of ten candidates often held a text two or three times."""
-    groups: dict[str, list[int]] = {}
-    lists: tuple[list[str], list[str]] = ([], [])
-    for kept, items in zip(lists, (context.get("existing_edges") or [],
-                                   context.get("edge_invalidation_candidates") or [])):
-        for item in items:
-            text = item["fact"]
-            if text not in groups:
-                groups[text] = []
-                kept.append(text)
-            groups[text].append(item["idx"])
-    existing, candidates = lists
-    shown = dict(context,
+def shown_once(contexts: list[dict]) -> tuple[dict, list[str]]:
+    """One fact-resolution context for the facts of one text resolved in one turn, built
+    from graphiti's context for each: every fact text shown once, as an EXISTING FACT if it
+    is one for any of them (graphiti lists one edge per pair of entities, and the model
+    cannot tell same-text edges apart). Returns it and the fact texts by the idx shown."""
+    existing: list[str] = []
+    candidates: list[str] = []
+    for key, kept in (("existing_edges", existing), ("edge_invalidation_candidates", candidates)):
+        for context in contexts:
+            for item in context.get(key) or []:
+                if item["fact"] not in existing and item["fact"] not in candidates:
+                    kept.append(item["fact"])
+    shown = dict(contexts[0],
                  existing_edges=[{"idx": i, "fact": t} for i, t in enumerate(existing)],
                  edge_invalidation_candidates=[{"idx": len(existing) + i, "fact": t}
                                                for i, t in enumerate(candidates)])
-    return shown, [groups[t] for t in existing + candidates]
+    return shown, existing + candidates
 
 
-def facts_answered(answer: dict, groups: list[list[int]], existing: int) -> dict:
-    """The model's answer to a unique_facts context, in graphiti's idx values: a fact text
-    found a duplicate or contradicted stands for every edge with that text (as a duplicate,
-    only those of the EXISTING FACTS, the first `existing` idx values). An idx out of range
-    stays out of range, for graphiti to report."""
-    total = sum(len(g) for g in groups)
+def answered_for(answer: dict, texts: list[str], context: dict) -> dict:
+    """The model's answer to a shown_once context, in the idx values of `context`, one of
+    those it was built from: a fact text found a duplicate stands for each of the context's
+    EXISTING FACTS with that text, a text contradicted for each of its facts with that
+    text. An idx out of range stays out of range, for graphiti to report."""
+    existing = context.get("existing_edges") or []
+    every = existing + (context.get("edge_invalidation_candidates") or [])
+    as_existing: dict[str, list[int]] = {}
+    as_any: dict[str, list[int]] = {}
+    for n, item in enumerate(every):
+        if n < len(existing):
+            as_existing.setdefault(item["fact"], []).append(item["idx"])
+        as_any.setdefault(item["fact"], []).append(item["idx"])
 
-    def back(values, limit: int) -> list[int]:
+    def back(values, table: dict[str, list[int]]) -> list[int]:
         out: list[int] = []
         for i in values or []:
-            mine = groups[i] if 0 <= i < len(groups) else [i if i < 0 else total + i - len(groups)]
-            out += [o for o in mine if o not in out and (o >= total or o < 0 or o < limit)]
+            mine = (table.get(texts[i], []) if 0 <= i < len(texts)
+                    else [i if i < 0 else len(every) + i - len(texts)])
+            out += [o for o in mine if o not in out]
         return out
-    return dict(answer, duplicate_facts=back(answer.get("duplicate_facts"), existing),
-                contradicted_facts=back(answer.get("contradicted_facts"), total))
+    return dict(answer, duplicate_facts=back(answer.get("duplicate_facts"), as_existing),
+                contradicted_facts=back(answer.get("contradicted_facts"), as_any))
+
+
+@dataclass
+class _Resolution:
+    """The facts of one text that one turn resolves: graphiti resolves a turn's facts
+    together, so they all arrive before the question is put, and it is put once."""
+    contexts: list[dict] = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)
+    answer: asyncio.Future | None = None
+    started: bool = False
+
+    async def ask(self, ask_model) -> dict:
+        await asyncio.sleep(0)      # the turn's other facts of this text join first
+        self.started = True
+        shown, self.texts = shown_once(self.contexts)
+        return await ask_model(shown)
 
 
 def install() -> None:
@@ -155,19 +173,20 @@ def install() -> None:
                                should_summarize_node, edges, **kwargs)
 
     async def resolved_once(llm_client, prompt_name, legacy_prompt, context, **kwargs):
-        answers = asked.get()
-        if prompt_name != RESOLVE_PROMPT or (answers is None and not active.get()):
+        turn = asked.get()
+        if prompt_name != RESOLVE_PROMPT or (turn is None and not active.get()):
             return await ask(llm_client, prompt_name, legacy_prompt, context, **kwargs)
-        shown, groups = unique_facts(context)
-        if answers is None:
-            answer = await ask(llm_client, prompt_name, legacy_prompt, shown, **kwargs)
-        else:
-            key = json.dumps(shown, sort_keys=True, default=str)
-            if key not in answers:
-                answers[key] = asyncio.ensure_future(
-                    ask(llm_client, prompt_name, legacy_prompt, shown, **kwargs))
-            answer = copy.deepcopy(await asyncio.shield(answers[key]))
-        return facts_answered(answer, groups, len(context.get("existing_edges") or []))
+        text = context.get("new_edge")
+        resolution = (turn or {}).get(text)
+        if resolution is None or resolution.started:
+            resolution = _Resolution()
+            resolution.answer = asyncio.ensure_future(resolution.ask(
+                lambda shown: ask(llm_client, prompt_name, legacy_prompt, shown, **kwargs)))
+            if turn is not None:
+                turn[text] = resolution
+        resolution.contexts.append(context)
+        answer = await asyncio.shield(resolution.answer)
+        return answered_for(answer, resolution.texts, context)
 
     edge_operations._extract_edge_timestamps = dated_by_rule_or_llm
     graphiti_module.extract_attributes_from_nodes = summarized_by_rule_or_llm

@@ -190,6 +190,27 @@ async def test_a_fact_text_is_shown_once_when_a_new_fact_is_resolved(make_engine
     assert any("Lisbon" in t for t in found) and not any("Krakow" in t for t in found), found
 
 
+async def test_facts_of_one_statement_are_resolved_together_when_their_searches_differ(make_engine, llm):
+    """One statement given as facts between different pairs of entities: graphiti's search
+    finds other facts for each pair, so its prompts differ. They are still asked once, with
+    what was found for any of them, each text once, and each fact gets its part of the answer:
+    the old home is replaced, the visits stay."""
+    eng = make_engine(**llm_settings(llm))
+    for n, text in enumerate(["I visited Krakow in May.", "I visited Siemens in June.", "I live in Berlin."]):
+        await eng.ingest("p", [Turn(id=str(n), user=text, time=T0 + timedelta(days=n))])
+    before, seen = llm_calls(llm), len(resolution_prompts(llm))
+    await eng.ingest("p", [Turn(id="99", user="I work at Siemens and live in Krakow now.",
+                                time=T0 + timedelta(days=99))])
+    spent, asked = llm_calls(llm) - before, resolution_prompts(llm)[seen:]
+    new = [f for f in await eng.browse("p", "facts") if f["text"].startswith("User works")]
+    assert len(new) >= 2 and len({f["text"] for f in new}) == 1, new    # one text, several facts
+    assert spent["EdgeDuplicate"] == 1, spent
+    assert [[p.count(t) for t in ("in May", "in June", "Berlin")] for p in asked] == [[1, 1, 1]], asked
+    current = {f["text"] for f in await eng.browse("p", "facts", limit=100) if f["current"]}
+    assert not any("Berlin" in t for t in current), current
+    assert {"User visited Krakow in May.", "User visited Siemens in June."} <= current, current
+
+
 async def test_an_entity_named_without_a_fact_is_summarized_from_the_turn(make_engine, llm):
     """An entity the model names but links to no fact gets, as its summary, what the turn says
     about it (graphiti would ask the LLM for it); the turn costs its one extraction call."""
@@ -203,3 +224,24 @@ async def test_an_entity_named_without_a_fact_is_summarized_from_the_turn(make_e
     assert "Rafael" in entities, sorted(entities)
     assert entities["Rafael"]["summary"] == "User: Rafael's partner has a birthday on 8 June.", entities["Rafael"]
     assert not spent["SummarizedEntities"], spent
+
+
+def test_one_question_for_a_text_shows_what_each_of_its_facts_was_checked_against():
+    """The facts found for each fact of one text (graphiti's context per fact) are all in the
+    one question, each text once, and the answer comes back in each fact's own idx values:
+    a duplicate only among its own EXISTING FACTS, a contradiction wherever it was listed."""
+    from memoryplus.engine.llm_savings import answered_for, shown_once
+
+    def context(existing, candidates):
+        return {"new_edge": "N", "existing_edges": [{"idx": i, "fact": f} for i, f in enumerate(existing)],
+                "edge_invalidation_candidates": [{"idx": len(existing) + i, "fact": f}
+                                                 for i, f in enumerate(candidates)]}
+    first = context(["A", "A"], ["C", "D"])
+    second = context(["B"], ["A", "C", "E"])
+    shown, texts = shown_once([first, second])
+    assert [i["fact"] for i in shown["existing_edges"]] == ["A", "B"]
+    assert [i["fact"] for i in shown["edge_invalidation_candidates"]] == ["C", "D", "E"]
+    assert [i["idx"] for i in shown["existing_edges"] + shown["edge_invalidation_candidates"]] == [0, 1, 2, 3, 4]
+    answer = {"duplicate_facts": [0, 1], "contradicted_facts": [2, 4, 9]}    # A, B; C, E; out of range
+    assert answered_for(answer, texts, first) == {"duplicate_facts": [0, 1], "contradicted_facts": [2, 8]}
+    assert answered_for(answer, texts, second) == {"duplicate_facts": [0], "contradicted_facts": [2, 3, 8]}
