@@ -15,6 +15,7 @@ import logging
 import os
 import re
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -294,7 +295,6 @@ _REPLAY = ("import sys, kuzu\n"
 def _replay_child(db_file: Path, buffer_pool_mb: int, *, crash: bool = False) -> int:
     """Open (replaying its log) and checkpoint a database in a child process; its exit code
     (negative: killed by that signal, i.e. Kuzu crashed)."""
-    import sys
     env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "LC_ALL", "PYTHONPATH",
                                                        "VIRTUAL_ENV", "LD_LIBRARY_PATH")}
     code = "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)\n" if crash else _REPLAY
@@ -416,15 +416,23 @@ def _rebuild(bank_dir: Path, bank_name: str, buffer_pool_mb: int, why: str) -> N
 
 def _export_import(bank_dir: Path, buffer_pool_mb: int, *, compacting: bool = False) -> tuple[dict, dict]:
     """Export the bank's database with Kuzu's EXPORT DATABASE and import it into a fresh one
-    in rebuild/ (not yet complete: _mark_rebuilt). When `compacting` a healthy bank, it is
-    only read, and the rows of each table are counted before and after. Kuzu's RuntimeError
-    when either fails."""
-    rebuild = bank_dir / REBUILD_DIR
+    in rebuild/ (not yet complete: _mark_rebuilt), in a child process (_in_child): an import
+    of a 20,000-turn bank took ~230 MB in the process that ran it, ~70 MB of which its heap
+    kept after malloc_trim, for good in a worker. When `compacting` a healthy bank, it is
+    only read, and the rows of each table are counted before and after. RuntimeError when
+    either fails or the child dies."""
+    _test_kill_point("compacting")
+    before, after = _in_child("_export_import_here", str(bank_dir), buffer_pool_mb, compacting)
+    return before, after
+
+
+def _export_import_here(bank_dir: str, buffer_pool_mb: int, compacting: bool) -> tuple[dict, dict]:
+    """_export_import's work, in this process."""
+    rebuild = Path(bank_dir) / REBUILD_DIR
     _remove_tree(rebuild)
     rebuild.mkdir(mode=0o700)
     export = rebuild / "export"
-    _test_kill_point("compacting")
-    db = database(bank_dir / "graph.kuzu", buffer_pool_mb, read_only=compacting)
+    db = database(Path(bank_dir) / "graph.kuzu", buffer_pool_mb, read_only=compacting)
     conn = kuzu.Connection(db)
     try:   # the path is ours (the bank's directory), passed as a quoted literal
         before = _row_counts(conn) if compacting else {}
@@ -444,6 +452,55 @@ def _export_import(bank_dir: Path, buffer_pool_mb: int, *, compacting: bool = Fa
         db.close()
     _remove_tree(export)
     return before, after
+
+
+CHILD_TIMEOUT_S = 1800
+# The child dies with its parent (Linux's PR_SET_PDEATHSIG), set before anything else it does,
+# or leaves if its parent died before that.
+_CHILD = ("import os, sys\n"
+          "if sys.platform.startswith('linux'):\n"
+          "    import ctypes, signal\n"
+          "    ctypes.CDLL(None).prctl(1, signal.SIGKILL)\n"
+          "if os.getppid() != int(sys.argv[1]):\n"
+          "    os._exit(1)\n"
+          "from memoryplus.engine import kuzu_repair\n"
+          "kuzu_repair._child_main()\n")
+
+
+def _in_child(function: str, *args):
+    """This module's `function(*args)` (JSON in and out) run by a child Python with this
+    process's import path; its result, or RuntimeError with the child's error, or when it died
+    or took over CHILD_TIMEOUT_S. The child dies with this process (Linux): a worker killed
+    meanwhile leaves nothing holding the bank's file. A frozen PyGPT has no Python to start
+    (client/frozen.py): there the function runs in this process, as it did before."""
+    if getattr(sys, "frozen", False):
+        return globals()[function](*args)
+    env = {**os.environ, "GRAPHITI_TELEMETRY_ENABLED": "false"}
+    env["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) for p in sys.path if p and os.path.exists(p))
+    try:
+        proc = subprocess.run([sys.executable, "-c", _CHILD, str(os.getpid())], env=env, capture_output=True,
+                              timeout=CHILD_TIMEOUT_S, input=json.dumps({"function": function, "args": args}).encode())
+    except subprocess.TimeoutExpired:
+        raise RuntimeError("Kuzu's child process took too long") from None
+    try:        # its last line: anything a library printed comes before
+        answer = json.loads((proc.stdout.decode(errors="replace").strip().splitlines() or ["null"])[-1])
+    except ValueError:
+        answer = None
+    if isinstance(answer, dict) and "result" in answer:
+        return answer["result"]
+    if isinstance(answer, dict) and "error" in answer:
+        raise RuntimeError(answer["error"])
+    raise RuntimeError(f"Kuzu's child process ended with exit code {proc.returncode}")
+
+
+def _child_main() -> None:
+    """_in_child's child: reads the call from stdin, answers on stdout."""
+    call = json.loads(sys.stdin.read())
+    try:
+        answer = {"result": globals()[call["function"]](*call["args"])}
+    except (RuntimeError, OSError) as exc:
+        answer = {"error": str(exc) or type(exc).__name__}
+    sys.stdout.write("\n" + json.dumps(answer) + "\n")
 
 
 def _row_counts(conn: kuzu.Connection) -> dict[str, int]:
