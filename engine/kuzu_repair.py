@@ -24,6 +24,7 @@ import kuzu
 from graphiti_core.driver.driver import GraphProvider
 from graphiti_core.graph_queries import get_fulltext_indices
 
+from memoryplus.common.python_child import run_python
 from memoryplus.config.paths import fsync_dir
 from memoryplus.engine.errors import StoreError
 from memoryplus.engine.stopwords import STOPWORDS_TABLE
@@ -283,6 +284,7 @@ def _check_files(bank_dir: Path, bank_name: str) -> None:
                        else "has an empty file graph.kuzu (truncated)")
 
 
+CHILD_TIMEOUT_S = 1800                  # a child replaying a log, or exporting and importing a bank
 UNREPLAYABLE_WAL = "unreplayable-wal"   # a log that crashed Kuzu's replay, kept for inspection
 _REPLAY = ("import sys, kuzu\n"
            f"db = kuzu.Database(sys.argv[1], buffer_pool_size=int(sys.argv[2]), max_db_size={MAX_DB_BYTES})\n"
@@ -298,9 +300,8 @@ def _replay_child(db_file: Path, buffer_pool_mb: int, *, crash: bool = False) ->
     env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "LC_ALL", "PYTHONPATH",
                                                        "VIRTUAL_ENV", "LD_LIBRARY_PATH")}
     code = "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)\n" if crash else _REPLAY
-    proc = subprocess.run([sys.executable, "-c", code, str(db_file), str(buffer_pool_mb * 1024 * 1024)],
-                          env=env, capture_output=True, timeout=1800)
-    return proc.returncode
+    return run_python(code, [str(db_file), str(buffer_pool_mb * 1024 * 1024)], env=env,
+                      timeout=CHILD_TIMEOUT_S).returncode
 
 
 def _replay_log_safely(bank_dir: Path, bank_name: str, buffer_pool_mb: int, backup: Path) -> None:
@@ -454,7 +455,6 @@ def _export_import_here(bank_dir: str, buffer_pool_mb: int, compacting: bool) ->
     return before, after
 
 
-CHILD_TIMEOUT_S = 1800
 # The child dies with its parent (Linux's PR_SET_PDEATHSIG), set before anything else it does,
 # or leaves if its parent died before that.
 _CHILD = ("import os, sys\n"
@@ -471,15 +471,13 @@ def _in_child(function: str, *args):
     """This module's `function(*args)` (JSON in and out) run by a child Python with this
     process's import path; its result, or RuntimeError with the child's error, or when it died
     or took over CHILD_TIMEOUT_S. The child dies with this process (Linux): a worker killed
-    meanwhile leaves nothing holding the bank's file. A frozen PyGPT has no Python to start
-    (client/frozen.py): there the function runs in this process, as it did before."""
-    if getattr(sys, "frozen", False):
-        return globals()[function](*args)
+    meanwhile leaves nothing holding the bank's file. In a frozen PyGPT the child is PyGPT's
+    own executable (common/python_child.py)."""
     env = {**os.environ, "GRAPHITI_TELEMETRY_ENABLED": "false"}
     env["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) for p in sys.path if p and os.path.exists(p))
     try:
-        proc = subprocess.run([sys.executable, "-c", _CHILD, str(os.getpid())], env=env, capture_output=True,
-                              timeout=CHILD_TIMEOUT_S, input=json.dumps({"function": function, "args": args}).encode())
+        proc = run_python(_CHILD, [str(os.getpid())], env=env, timeout=CHILD_TIMEOUT_S,
+                          input=json.dumps({"function": function, "args": args}).encode())
     except subprocess.TimeoutExpired:
         raise RuntimeError("Kuzu's child process took too long") from None
     try:        # its last line: anything a library printed comes before

@@ -4,9 +4,9 @@ The build runs in an environment holding PyInstaller and its own dependencies on
 (testing/hostenv.py), so nothing but the standard library can end up in the bundle: about 50 MB
 and ten seconds, where PyInstaller in the full environment follows optional imports into
 PySide6, torch-size packages and minutes of analysis. The bundle gets the standard-library
-modules MemoryPlus's client and worker import (found by running them once here), as a frozen
-PyGPT's bundle holds the standard library its own code uses; everything else comes from an
-extra-packages folder at run time.
+modules MemoryPlus's client and worker import (found by running them once here; ctypes, which
+kuzu_repair's children load, too), as a frozen PyGPT's bundle holds the standard library its
+own code uses; everything else comes from an extra-packages folder at run time.
 
     python -m memoryplus.testing.frozen_build DEST      prints the executable's path
 """
@@ -22,7 +22,7 @@ NAME = "frozen_launcher"
 
 _PROBE = r"""
 import asyncio, importlib.util, sys, tempfile
-import memoryplus.worker.process, memoryplus.client.frozen
+import ctypes, memoryplus.worker.process, memoryplus.client.frozen, memoryplus.engine.kuzu_repair
 from memoryplus.config.schema import Settings
 from memoryplus.client.worker_client import WorkerClient
 from memoryplus.engine.memory_engine import MemoryEngine

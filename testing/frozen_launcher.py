@@ -11,6 +11,13 @@ searches it, and writes a JSON report.
 
     frozen_launcher ADDON_PARENT EXTRA_PACKAGES DATA_DIR REPORT.json [WORKER_PYTHON]
 
+    frozen_launcher ADDON_PARENT EXTRA_PACKAGES DATA_DIR REPORT.json --kuzu-children BANK_DIR
+
+With --kuzu-children it runs, in itself (frozen, as a frozen PyGPT's worker is), what
+kuzu_repair runs in child processes: a log's replay in BANK_DIR/graph.kuzu, a replay that
+crashes, and the bank's export and import (with the in-process one made to fail), and reports
+their exit codes and counts.
+
 With WORKER_PYTHON it also starts a persistent worker with that Worker Python setting (the
 override: `python -m`, that interpreter's own environment).
 
@@ -49,10 +56,66 @@ def proc_view(pid: int, secret: str) -> dict:
     return out
 
 
+def run_workers(data_dir: str, worker_python: str, secret: str, rep: dict) -> None:
+    from memoryplus.config.schema import Settings
+    from memoryplus.client.worker_client import WorkerClient
+    from memoryplus.service.remote import RemoteMemoryService
+    from memoryplus.wire.protocol import IngestParams, SearchParams
+    from memoryplus.wire.records import Credentials, Turn
+    settings = Settings(extraction_engine="local", embedding_provider="local")
+    creds = Credentials(openai_api_key=secret)
+    turn = Turn(id="t1", user="My dentist is Dr Okafor and I live in Lisbon.", assistant="Noted.")
+    query = SearchParams(bank="current.chat", query="Who is my dentist?")
+
+    def texts(service: RemoteMemoryService, timeout: float) -> list[str]:
+        return [r.text for r in service.search(query, timeout=timeout).result()]
+
+    with WorkerClient(settings, data_dir, creds, mode="persistent", app="frozen-test") as c:
+        service = RemoteMemoryService(c)
+        t = time.monotonic()
+        health = service.health(timeout=120).result()
+        status = c.status()
+        rep["persistent"] = {"first_answer_s": round(time.monotonic() - t, 3), "startup_s": status["startup_s"],
+                             "launch": status["launch"], "using": status["using"],
+                             "proc": proc_view(health.pid, secret)}
+        stored = service.ingest(IngestParams(bank="current.chat", turns=[turn]), timeout=120).result()
+        rep["persistent"]["stored"] = stored.model_dump(mode="json")
+        rep["persistent"]["found"] = texts(service, 60)
+    with WorkerClient(settings, data_dir, creds, mode="subprocess", app="frozen-test") as c:
+        t = time.monotonic()
+        found = texts(RemoteMemoryService(c), 120)
+        rep["percall"] = {"search_s": round(time.monotonic() - t, 3), "launch": c.status()["launch"],
+                          "found": found}
+    if worker_python:
+        override = Settings(extraction_engine="local", embedding_provider="local", worker_python=worker_python)
+        with WorkerClient(override, data_dir, creds, mode="persistent", app="frozen-test") as c:
+            service = RemoteMemoryService(c)
+            health = service.health(timeout=120).result()
+            rep["override"] = {"launch": c.status()["launch"], "startup_s": c.status()["startup_s"],
+                               "python": health.python, "proc": proc_view(health.pid, secret),
+                               "found": texts(service, 60)}
+
+
+def run_kuzu_children(bank_dir: str, rep: dict) -> None:
+    from pathlib import Path
+    from memoryplus.engine import kuzu_repair
+    bank = Path(bank_dir)
+    rep["replay_exit"] = kuzu_repair._replay_child(bank / "graph.kuzu", 64)
+    rep["log_left"] = (bank / "graph.kuzu.wal").exists()
+    rep["crash_exit"] = kuzu_repair._replay_child(bank / "graph.kuzu", 64, crash=True)
+
+    def not_here(*args):
+        raise RuntimeError("the export and import ran in the launcher's own process")
+    kuzu_repair._export_import_here = not_here
+    rep["counts"] = list(kuzu_repair._export_import(bank, 64, compacting=True))
+    rep["rebuilt"] = (bank / kuzu_repair.REBUILD_DIR / "graph.kuzu").exists()
+
+
 def main() -> None:
     multiprocessing.freeze_support()          # a worker child never gets past this line
     addon_parent, extra, data_dir, report_path = sys.argv[1:5]
     worker_python = sys.argv[5] if len(sys.argv) > 5 else ""
+    kuzu_children = sys.argv[6] if worker_python == "--kuzu-children" else ""
     t0 = time.monotonic()
     activate(extra)
     sys.path.insert(0, addon_parent)
@@ -61,45 +124,12 @@ def main() -> None:
            "ok": False}
     try:
         import memoryplus
-        from memoryplus.config.schema import Settings
-        from memoryplus.client.worker_client import WorkerClient
-        from memoryplus.service.remote import RemoteMemoryService
-        from memoryplus.wire.protocol import IngestParams, SearchParams
-        from memoryplus.wire.records import Credentials, Turn
         rep["memoryplus_file"] = memoryplus.__file__
         rep["imports_s"] = round(time.monotonic() - t0, 3)
-        settings = Settings(extraction_engine="local", embedding_provider="local")
-        creds = Credentials(openai_api_key=secret)
-        turn = Turn(id="t1", user="My dentist is Dr Okafor and I live in Lisbon.", assistant="Noted.")
-        query = SearchParams(bank="current.chat", query="Who is my dentist?")
-
-        def texts(service: RemoteMemoryService, timeout: float) -> list[str]:
-            return [r.text for r in service.search(query, timeout=timeout).result()]
-
-        with WorkerClient(settings, data_dir, creds, mode="persistent", app="frozen-test") as c:
-            service = RemoteMemoryService(c)
-            t = time.monotonic()
-            health = service.health(timeout=120).result()
-            status = c.status()
-            rep["persistent"] = {"first_answer_s": round(time.monotonic() - t, 3), "startup_s": status["startup_s"],
-                                 "launch": status["launch"], "using": status["using"],
-                                 "proc": proc_view(health.pid, secret)}
-            stored = service.ingest(IngestParams(bank="current.chat", turns=[turn]), timeout=120).result()
-            rep["persistent"]["stored"] = stored.model_dump(mode="json")
-            rep["persistent"]["found"] = texts(service, 60)
-        with WorkerClient(settings, data_dir, creds, mode="subprocess", app="frozen-test") as c:
-            t = time.monotonic()
-            found = texts(RemoteMemoryService(c), 120)
-            rep["percall"] = {"search_s": round(time.monotonic() - t, 3), "launch": c.status()["launch"],
-                              "found": found}
-        if worker_python:
-            override = Settings(extraction_engine="local", embedding_provider="local", worker_python=worker_python)
-            with WorkerClient(override, data_dir, creds, mode="persistent", app="frozen-test") as c:
-                service = RemoteMemoryService(c)
-                health = service.health(timeout=120).result()
-                rep["override"] = {"launch": c.status()["launch"], "startup_s": c.status()["startup_s"],
-                                   "python": health.python, "proc": proc_view(health.pid, secret),
-                                   "found": texts(service, 60)}
+        if kuzu_children:
+            run_kuzu_children(kuzu_children, rep)
+        else:
+            run_workers(data_dir, worker_python, secret, rep)
         rep["ok"] = True
     except BaseException as exc:  # the report says what failed
         import traceback

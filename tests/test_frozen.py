@@ -111,3 +111,32 @@ def test_frozen_pygpt_runs_the_worker_through_its_own_executable(frozen_exe, add
     print(f"\n[timing] frozen: worker ready {per['startup_s']} s (multiprocessing), per-call search "
           f"{rep['percall']['search_s']} s, Worker Python override ready {over['startup_s']} s; "
           f"launcher run {rep['_wall_s']} s")
+
+
+MAKE_LOG = r'''
+import os, sys, kuzu
+db = kuzu.Database(sys.argv[1])
+conn = kuzu.Connection(db)
+conn.execute("CREATE NODE TABLE Item(id INT64, PRIMARY KEY(id))")
+for i in range(3):
+    conn.execute(f"CREATE (:Item {{id: {i}}})")
+os._exit(0)     # killed, in effect: the writes are in the log only
+'''
+
+
+def test_a_frozen_pygpt_runs_kuzus_repairs_in_children_of_its_own_executable(frozen_exe, addon_and_extra, tmp_path):
+    """A bank's log replay (which can crash Kuzu) and its export and import (compaction,
+    rebuild) run in child processes. A frozen PyGPT's executable started with `-c` starts PyGPT:
+    the children must be its spawn children, which do the work and report a crash."""
+    plugins, extra = addon_and_extra
+    bank = tmp_path / "bank"
+    bank.mkdir()
+    subprocess.run([sys.executable, "-c", MAKE_LOG, str(bank / "graph.kuzu")], check=True, timeout=120)
+    assert (bank / "graph.kuzu.wal").exists()
+    rep = run_frozen(frozen_exe, plugins, extra, tmp_path / "data", "--kuzu-children", str(bank))
+    assert rep["frozen"] is True
+    assert rep["replay_exit"] == 0 and rep["log_left"] is False, rep      # replayed and checkpointed
+    assert rep["crash_exit"] < 0, rep                                     # a crash is seen as one
+    before, after = rep["counts"]
+    assert before == after == {"Item": 3}, rep
+    assert rep["rebuilt"] is True, rep
