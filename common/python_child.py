@@ -13,7 +13,8 @@ stderr as the pipes we choose, the environment we choose (a Process would inheri
 PyGPT's, API keys included) and a working directory. Only the command line differs, and it
 carries nothing: the code and its arguments go on the pipe.
 
-Tested on Linux with a one-folder build (tests/test_frozen.py), the layout PyGPT ships.
+Tested on Linux with a one-folder build (tests/test_frozen.py); not tested: Windows, macOS,
+one-file builds (whose executable is a bootloader that starts the Python process as its child).
 """
 from __future__ import annotations
 
