@@ -297,11 +297,19 @@ _REPLAY = ("import sys, kuzu\n"
 def _replay_child(db_file: Path, buffer_pool_mb: int, *, crash: bool = False) -> int:
     """Open (replaying its log) and checkpoint a database in a child process; its exit code
     (negative: killed by that signal, i.e. Kuzu crashed)."""
-    env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "LC_ALL", "PYTHONPATH",
-                                                       "VIRTUAL_ENV", "LD_LIBRARY_PATH")}
     code = "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)\n" if crash else _REPLAY
-    return run_python(code, [str(db_file), str(buffer_pool_mb * 1024 * 1024)], env=env,
+    return run_python(code, [str(db_file), str(buffer_pool_mb * 1024 * 1024)], env=_child_env(),
                       timeout=CHILD_TIMEOUT_S).returncode
+
+
+def _child_env() -> dict[str, str]:
+    """A child's environment: what finds the interpreter and its libraries, this process's
+    import path, and graphiti's telemetry off."""
+    env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "LC_ALL", "VIRTUAL_ENV",
+                                                       "LD_LIBRARY_PATH", "TMPDIR", "SYSTEMROOT")}
+    env["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) for p in sys.path if p and os.path.exists(p))
+    env["GRAPHITI_TELEMETRY_ENABLED"] = "false"
+    return env
 
 
 def _replay_log_safely(bank_dir: Path, bank_name: str, buffer_pool_mb: int, backup: Path) -> None:
@@ -473,10 +481,8 @@ def _in_child(function: str, *args):
     or took over CHILD_TIMEOUT_S. The child dies with this process (Linux): a worker killed
     meanwhile leaves nothing holding the bank's file. In a frozen PyGPT the child is PyGPT's
     own executable (common/python_child.py)."""
-    env = {**os.environ, "GRAPHITI_TELEMETRY_ENABLED": "false"}
-    env["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) for p in sys.path if p and os.path.exists(p))
     try:
-        proc = run_python(_CHILD, [str(os.getpid())], env=env, timeout=CHILD_TIMEOUT_S,
+        proc = run_python(_CHILD, [str(os.getpid())], env=_child_env(), timeout=CHILD_TIMEOUT_S,
                           input=json.dumps({"function": function, "args": args}).encode())
     except subprocess.TimeoutExpired:
         raise RuntimeError("Kuzu's child process took too long") from None
