@@ -211,6 +211,25 @@ async def test_facts_of_one_statement_are_resolved_together_when_their_searches_
     assert {"User visited Krakow in May.", "User visited Siemens in June."} <= current, current
 
 
+async def test_facts_that_share_only_the_speakers_name_are_not_asked_about(make_engine, llm):
+    """graphiti asks the model which facts a new one contradicts among those its search finds,
+    and a full-text hit on the speaker's name alone is any fact of the bank: such facts are
+    not asked about. A fact that shares another word still is, and is replaced."""
+    eng = make_engine(**llm_settings(llm))
+    await eng.ingest("p", [Turn(id="1", user="My vet is Oskar.", time=T0)])
+    before = llm_calls(llm)
+    await eng.ingest("p", [Turn(id="2", user="My barber is Mei.", time=T0 + timedelta(days=1))])
+    assert not (llm_calls(llm) - before)["EdgeDuplicate"], llm_calls(llm) - before
+    before, seen = llm_calls(llm), len(resolution_prompts(llm))
+    await eng.ingest("p", [Turn(id="3", user="My barber is Tom now.", time=T0 + timedelta(days=2))])
+    assert (llm_calls(llm) - before)["EdgeDuplicate"] == 1, llm_calls(llm) - before
+    asked = resolution_prompts(llm)[seen:]
+    assert "barber is Mei" in asked[0] and "Oskar" not in asked[0], asked
+    current = {f["text"] for f in await eng.browse("p", "facts") if f["current"]}
+    assert any("Tom" in t for t in current) and not any("Mei" in t for t in current), current
+    assert any("Oskar" in t for t in current), current
+
+
 async def test_an_entity_named_without_a_fact_is_summarized_from_the_turn(make_engine, llm):
     """An entity the model names but links to no fact gets, as its summary, what the turn says
     about it (graphiti would ask the LLM for it); the turn costs its one extraction call."""
