@@ -209,12 +209,12 @@ def install() -> None:
         answer = await asyncio.shield(resolution.answer)
         return answered_for(answer, resolution.texts, context)
 
-    async def searched_unnamed(clients, query, *args, search_filter=None, **kwargs):
+    async def searched_unnamed(clients, query, group_ids, config, search_filter, *args, **kwargs):
         # graphiti's search for invalidation candidates is the only one of resolve_extracted_
         # edges with no filter (its duplicates' search keeps to the fact's two entities)
         if active.get() and search_filter == SearchFilters():
             query = unnamed(query)
-        return await search(clients, query, *args, search_filter=search_filter, **kwargs)
+        return await search(clients, query, group_ids, config, search_filter, *args, **kwargs)
 
     edge_operations._extract_edge_timestamps = dated_by_rule_or_llm
     edge_operations.search = searched_unnamed
