@@ -352,6 +352,10 @@ class GraphIndex:
         self.words: dict[str, WordIndex | None] = {"facts": None, "entities": None}
         self.unread: dict[str, set[str] | None] = {"facts": set(), "entities": set()}
         # ^ texts to read again at the next search (None: list which rows are left first)
+        # Kuzu's stems of the words seen, shared by both word indexes and kept when they are
+        # built again: a new query word was asked of Kuzu once for each (0.9–2.0 ms a query)
+        self.stems: dict[str, str] = {}
+        self._stemming = asyncio.Lock()     # the fact and entity searches run at once
         self._lock = asyncio.Lock()
 
     # ── kept in step with the writes ───────────────────────────────────────────────────
@@ -516,7 +520,7 @@ class GraphIndex:
             writes, words, unread = self.driver.writes, self.words[kind], self.unread[kind]
             self.unread[kind] = set()
             if words is None:
-                words = WordIndex(KUZU_STOPWORDS)
+                words = WordIndex(KUZU_STOPWORDS, self.stems)
                 texts = await self._rows(_TEXTS[kind].format(""))
             else:
                 asked = set(unread or ())
@@ -612,9 +616,11 @@ class GraphIndex:
         index = self.words[kind]
         assert index is not None
         asked = index.query_words(query)
-        unknown = [w for w in asked if w not in index.stems]
-        if unknown:
-            index.stems |= {r["word"]: r["stem"] for r in await self._rows(STEMS_QUERY, words=unknown)}
+        if any(w not in index.stems for w in asked):
+            async with self._stemming:      # the other search may be asking for them
+                unknown = [w for w in asked if w not in index.stems]
+                if unknown:
+                    index.stems |= {r["word"]: r["stem"] for r in await self._rows(STEMS_QUERY, words=unknown)}
         return [{"uuid": u, "score": x} for u, x in index.top([index.stems.get(w, w) for w in asked], limit)]
 
     async def nodes_by_words(self, query: str, search_filter: SearchFilters, group_ids,

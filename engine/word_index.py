@@ -45,9 +45,10 @@ def words(text: str | None, pattern: re.Pattern = _IGNORE) -> list[str]:
 class WordIndex:
     """The rows' terms: uuid → slot; per term, the slots holding it and how often."""
 
-    def __init__(self, stopwords: frozenset[str]):
+    def __init__(self, stopwords: frozenset[str], stems: dict[str, str] | None = None):
         self.stopwords = stopwords
-        self.stems: dict[str, str] = {}     # word -> Kuzu's stem
+        # word -> Kuzu's stem; `stems`: a dict other indexes share (a word is stemmed once)
+        self.stems: dict[str, str] = {} if stems is None else stems
         self.slot: dict[str, int] = {}      # uuid -> slot (kept when the row is rewritten)
         self.uuids: list[str] = []
         self.lens = array("d")              # per slot: its length (0 when removed)

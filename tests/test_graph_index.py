@@ -551,6 +551,34 @@ async def test_a_failed_fact_search_fails_the_search_at_once(engine):
     assert (await graph_index.candidates(bank, clean_query("Where do I live?"), cfg, flt)).edges
 
 
+async def test_a_new_query_word_is_stemmed_once_for_facts_and_entities(engine):
+    """The fact and entity searches share the stems Kuzu gave (a stem query costs 1–2 ms on
+    a big bank): a search with words the bank has not seen asks Kuzu for them once, the next
+    one not at all, and what it finds is still graphiti's own scan."""
+    await engine.ingest(BANK, turns(30))
+    bank = engine.banks[BANK]
+    await engine.search(BANK, "my sister")      # both word indexes built
+    original, stem_queries = bank.driver.execute_query, []
+
+    async def counting(cypher, /, **params):
+        if "stem(w, 'english')" in cypher:
+            stem_queries.append(params["words"])
+        return await original(cypher, **params)
+    bank.driver.execute_query = counting
+    try:
+        cfg, flt = search_config(10), search_filter(None)
+        query = clean_query("Which marathons did Ravi run with his whippet?")
+        ours = await graph_index.candidates(bank, query, cfg, flt)
+        assert len(stem_queries) == 1 and {"marathons", "whippet"} <= set(stem_queries[0])
+        await graph_index.candidates(bank, query, cfg, flt)
+        assert len(stem_queries) == 1
+        theirs = await bank.graphiti.search_(query, config=cfg, group_ids=[bank.slug], search_filter=flt)
+        assert ours.edges and [e.uuid for e in ours.edges] == [e.uuid for e in theirs.edges]
+        assert [n.uuid for n in ours.nodes] == [n.uuid for n in theirs.nodes]
+    finally:
+        bank.driver.execute_query = original
+
+
 async def test_a_cancelled_fact_search_leaves_the_other_its_rows():
     """A search cancelled while it waits for the other's read (the user's turn went on
     without memories) must not break the other one's answer."""
