@@ -544,8 +544,10 @@ class GraphIndex:
     async def _stem(self, words: WordIndex) -> None:
         """Kuzu's stems of the words waiting for one."""
         unknown = words.unknown()
-        stems = await self._rows(STEMS_QUERY, words=unknown) if unknown else []
-        words.stemmed({r["word"]: r["stem"] for r in stems})
+        words.stemmed(await self._kuzu_stems(unknown) if unknown else {})
+
+    async def _kuzu_stems(self, words: list[str]) -> dict[str, str]:
+        return {r["word"]: r["stem"] for r in await self._rows(STEMS_QUERY, words=words)}
 
     async def _load_rows(self) -> dict[str, tuple]:
         ids: dict[str, str] = {}    # one string per entity uuid, shared by its facts' rows
@@ -616,12 +618,12 @@ class GraphIndex:
         index = self.words[kind]
         assert index is not None
         asked = index.query_words(query)
-        if any(w not in index.stems for w in asked):
+        if any(w not in self.stems for w in asked):
             async with self._stemming:      # the other search may be asking for them
-                unknown = [w for w in asked if w not in index.stems]
+                unknown = [w for w in asked if w not in self.stems]
                 if unknown:
-                    index.stems |= {r["word"]: r["stem"] for r in await self._rows(STEMS_QUERY, words=unknown)}
-        return [{"uuid": u, "score": x} for u, x in index.top([index.stems.get(w, w) for w in asked], limit)]
+                    self.stems |= await self._kuzu_stems(unknown)
+        return [{"uuid": u, "score": x} for u, x in index.top([self.stems.get(w, w) for w in asked], limit)]
 
     async def nodes_by_words(self, query: str, search_filter: SearchFilters, group_ids,
                              limit: int) -> list:
