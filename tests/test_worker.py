@@ -623,6 +623,19 @@ def test_an_idle_worker_gives_freed_memory_back(data_dir, clients):
     assert returned > 1
 
 
+def test_a_worker_kept_busy_gives_freed_memory_back_between_operations(data_dir, clients):
+    """An import feeds the worker without a pause, so its idle trim never comes: the heap an
+    ingest freed is given back once the resident size has grown enough since the last trim."""
+    c = clients(settings(), data_dir, mode="persistent", idle_s=600).start()
+    for n in range(0, 240, 40):
+        c.call("ingest", {"bank": BANK, "turns": turns(40, start=n)}, timeout=120)
+    health = c.call("health")
+    print(f"\n[memory] returned during a 240-turn ingest, never idle: {health['memory_returned_mb']} MB, "
+          f"resident {health['rss_mb']} MB")
+    assert health["memory_returned_mb"] > 1
+    assert c.call("stats", {"bank": BANK})["episodes"] == 240
+
+
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads each thread's niceness in /proc")
 def test_every_thread_of_the_worker_runs_below_pygpts_priority(data_dir, clients):
     """The worker's threads (Kuzu's, the embedder's, asyncio's) must not take the cores PyGPT's

@@ -72,7 +72,8 @@ class WorkerServer:
         self.started = time.monotonic()
         self.tasks: dict[tuple[int, str], tuple[asyncio.Task, P.OpSpec]] = {}
         self.ops_done = 0
-        self.memory_returned_mb = 0.0   # freed heap given back to the system when idle (malloc_trim)
+        self.memory_returned_mb = 0.0   # freed heap given back to the system (malloc_trim)
+        self.trimmed_rss_mb: float | None = None   # the resident size after the last trim (maintenance.py)
         self.last_activity = time.monotonic()
         self.accepting = True
         self.recycle = False
@@ -337,6 +338,7 @@ class WorkerServer:
             if spec.counts:
                 self.ops_done += 1
                 self.last_activity = time.monotonic()
+                maintenance.trim_if_grown(self)
         try:
             data = P.encode(resp)
         except (TypeError, ValueError) as exc:
