@@ -47,8 +47,7 @@ async def run(server) -> None:
                 log.exception("maintenance failed")
             finally:
                 await server.gate.leave(True)
-            server.memory_returned_mb += return_free_memory()
-            server.trimmed_rss_mb = rss_mb()
+            give_back(server)
         if server._busy() or not server.accepting:
             continue
         reason = recycle_reason(server)
@@ -72,8 +71,13 @@ def trim_if_grown(server) -> None:
     elif rss - server.trimmed_rss_mb >= TRIM_AFTER_GROWTH_MB:
         # the embedder's table kept: the next ingest reads it again, which cost ~10% of the
         # ingest rate on a 20,000-turn bank when it was given back too
-        server.memory_returned_mb += return_free_memory(table_pages=False)
-        server.trimmed_rss_mb = rss_mb()
+        give_back(server, table_pages=False)
+
+
+def give_back(server, table_pages: bool = True) -> None:
+    """return_free_memory, counted in the worker's health and marked for trim_if_grown."""
+    server.memory_returned_mb += return_free_memory(table_pages)
+    server.trimmed_rss_mb = rss_mb()
 
 
 def return_free_memory(table_pages: bool = True) -> float:
