@@ -79,15 +79,12 @@ class WorkerClient:
                  max_deaths: int = 3, death_window_s: float = 60.0, backoff_s: float = 0.5,
                  backoff_max_s: float = 10.0, retry_persistent_s: float = 60.0,
                  start_timeout_s: float = 90.0, heartbeat_s: float = 5.0, hang_timeout_s: float = 90.0,
-                 reconnect_s: float = 15.0, recycle_after_ops: int = 5000, recycle_rss_mb: int = 2048,
-                 idle_s: float = 2.0, shutdown_grace_s: float = 10.0, percall_workers: int = 4,
+                 reconnect_s: float = 15.0, limits: P.WorkerLimits | None = None, percall_workers: int = 4,
                  test_hooks: dict[str, Any] | None = None, launch: Literal["python", "multiprocessing"] | None = None,
                  state_settings: bool = True):
-        limits = P.WorkerLimits(recycle_after_ops=recycle_after_ops, recycle_rss_mb=recycle_rss_mb,
-                                idle_s=idle_s, shutdown_grace_s=shutdown_grace_s)
         self.launcher = Launcher(settings, Path(data_dir).expanduser().resolve(), credentials or Credentials(),
                                  app=app, mode_arg=mode, python_arg=python, launch_arg=launch,
-                                 limits=limits, test_hooks=dict(test_hooks or {}))
+                                 limits=limits or P.WorkerLimits(), test_hooks=dict(test_hooks or {}))
         redact.register_config(settings, self.launcher.credentials)
         self._s = Shared()
         self.requests = RequestTable(self._s)

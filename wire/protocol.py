@@ -121,6 +121,9 @@ class WorkerLimits(_Msg):
     recycle_rss_mb: int = Field(2048, ge=0)          # 0: never recycle for memory
     idle_s: float = Field(2.0, ge=0.05)              # idle this long before maintenance/recycling
     shutdown_grace_s: float = Field(10.0, ge=0.0)    # in-flight requests get this long at shutdown
+    # Between operations, freed heap is given back once the resident size has grown this much
+    # since the last trim (worker/maintenance.py trim_if_grown).
+    trim_growth_mb: float = Field(32.0, gt=0)
 
 
 class ConfigMessage(_Msg):

@@ -55,20 +55,16 @@ async def run(server) -> None:
             server.begin_stop(reason, recycle=True)
 
 
-# Between operations, the heap is trimmed once the resident size has grown this much since the
-# last trim: glibc kept ~70 MB after each 100-turn ingest on a 20,000-turn bank, and a worker
-# fed without a pause (an import, the bench's ingestion) never reached its idle trim; a trim
-# there takes 4-8 ms (2026-12-07).
-TRIM_AFTER_GROWTH_MB = 32
-
-
 def trim_if_grown(server) -> None:
-    """After an operation: give freed heap back if the resident size grew TRIM_AFTER_GROWTH_MB
-    since the last trim (the first operation only sets the mark)."""
+    """After an operation: give freed heap back if the resident size grew the limits'
+    trim_growth_mb since the last trim (the first operation only sets the mark).
+    Why between operations: glibc kept ~70 MB after each 100-turn ingest on a 20,000-turn bank,
+    and a worker fed without a pause (an import, the bench's ingestion) never reached its idle
+    trim; a trim there takes 4-8 ms (2026-12-07)."""
     rss = rss_mb()
     if server.trimmed_rss_mb is None:
         server.trimmed_rss_mb = rss
-    elif rss - server.trimmed_rss_mb >= TRIM_AFTER_GROWTH_MB:
+    elif rss - server.trimmed_rss_mb >= server.limits.trim_growth_mb:
         # the embedder's table kept: the next ingest reads it again, which cost ~10% of the
         # ingest rate on a 20,000-turn bank when it was given back too
         give_back(server, table_pages=False)
