@@ -101,20 +101,46 @@ _VECTORS = {
 }
 
 
+# Each row is kept as two matrices: its first HEAD_DIMS dimensions (half of the local
+# embedder's 256, where it is trained to be cut) and the rest. A scan reads the first, bounds
+# each row's full cosine by it plus the product of the rest's norms (Cauchy-Schwarz), and reads
+# the rest only of the rows whose bound passes the floor. With the local embedder ~250 of
+# 15,209 facts pass at 20,000 turns: the scan reads half the bytes (a strided view of one
+# matrix saved a quarter: the memory brings in more than it is asked for). When more than
+# BOUND_SHARE of the rows pass (an embedder not made to be cut), both are read whole.
+HEAD_DIMS, BOUND_SHARE = 128, 0.125
+
+
 class VectorSet:
-    """uuid → one row of a float32 matrix (rows of removed uuids are reused)."""
+    """uuid → one row of float32 vectors (rows of removed uuids are reused)."""
 
     def __init__(self, dim: int = 0):
-        self.dim = dim
         self.rows: dict[str, int] = {}
         self.uuids: list[str | None] = []
-        self.mat = np.zeros((0, dim), np.float32)
         self.norms = np.zeros(0, np.float32)     # 0: a free row
+        self.tails = np.zeros(0, np.float32)     # the norm of each row's `rest`
+        self._shape(dim, 0)
         self.free: list[int] = []
         self.lent = False           # `uuids` is read by a Ranking: copy it before a row changes
 
+    def _shape(self, dim: int, cap: int) -> None:
+        """Room for `cap` rows of `dim`, the rows so far kept."""
+        split = min(dim, HEAD_DIMS)
+        head, rest = np.zeros((cap, split), np.float32), np.zeros((cap, dim - split), np.float32)
+        norms, tails = np.zeros(cap, np.float32), np.zeros(cap, np.float32)
+        if getattr(self, "dim", None) == dim:
+            kept = len(self.uuids)
+            head[:kept], rest[:kept] = self.head[:kept], self.rest[:kept]
+            norms[:kept], tails[:kept] = self.norms[:kept], self.tails[:kept]
+        self.dim, self.head, self.rest, self.norms, self.tails = dim, head, rest, norms, tails
+
     def __len__(self) -> int:
         return len(self.rows)
+
+    def vector(self, uuid: str) -> np.ndarray | None:
+        """The vector kept for `uuid` (None: none)."""
+        row = self.rows.get(uuid)
+        return None if row is None else np.concatenate([self.head[row], self.rest[row]])
 
     def put(self, uuid: str, vec) -> bool:
         """Store a vector; False when its size is not the set's (the caller reloads)."""
@@ -123,8 +149,7 @@ class VectorSet:
             return True
         v = np.asarray(vec, np.float32)
         if not self.dim and not self.rows:
-            self.dim = len(v)
-            self.mat = np.zeros((0, self.dim), np.float32)
+            self._shape(len(v), 0)
         if v.ndim != 1 or len(v) != self.dim:
             return False
         row = self.rows.get(uuid)
@@ -134,18 +159,15 @@ class VectorSet:
                 row = self.free.pop()
             else:
                 row = len(self.uuids)
-                if row >= len(self.mat):        # grow by half: amortized, little slack
-                    cap = max(64, row + row // 2)
-                    mat = np.zeros((cap, self.dim), np.float32)
-                    mat[:row] = self.mat[:row]
-                    norms = np.zeros(cap, np.float32)
-                    norms[:row] = self.norms[:row]
-                    self.mat, self.norms = mat, norms
+                if row >= len(self.head):        # grow by half: amortized, little slack
+                    self._shape(self.dim, max(64, row + row // 2))
                 self.uuids.append(None)
             self.rows[uuid] = row
             self.uuids[row] = uuid
-        self.mat[row] = v
+        split = self.head.shape[1]
+        self.head[row], self.rest[row] = v[:split], v[split:]
         self.norms[row] = float(np.linalg.norm(v))
+        self.tails[row] = float(np.linalg.norm(v[split:]))
         if not self.norms[row]:            # a zero vector scores nothing in Kuzu either
             self.drop(uuid)
         return True
@@ -170,13 +192,30 @@ class VectorSet:
         qn = float(np.linalg.norm(q))
         if not qn:
             return []
+        split = self.head.shape[1]
+        qh, qr = q[:split], q[split:]
         norms = self.norms[:n]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            scores = (self.mat[:n] @ q) / (norms * qn)
-        scores[norms == 0] = -np.inf
-        hit = np.flatnonzero(scores > min_score)
+        head = self.head[:n] @ qh
+        hit = None
+        if self.rest.shape[1]:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                bound = (head + self.tails[:n] * float(np.linalg.norm(qr))) / (norms * qn)
+            # a margin for float32 rounding: a row at the floor is read in full, never lost
+            hit = np.flatnonzero((bound > min_score - 1e-4) & (norms > 0))
+            if len(hit) > BOUND_SHARE * n:
+                hit = None
+        if hit is None:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                scores = (head + self.rest[:n] @ qr) / (norms * qn)
+            scores[norms == 0] = -np.inf
+            hit = np.flatnonzero(scores > min_score)
+            scores = scores[hit]
+        else:
+            scores = (head[hit] + self.rest[hit] @ qr) / (norms[hit] * qn)
+            keep = scores > min_score
+            hit, scores = hit[keep], scores[keep]
         self.lent = True
-        return Ranking(self.uuids, hit, scores[hit])
+        return Ranking(self.uuids, hit, scores)
 
     def _own_uuids(self) -> None:
         """Before a row's uuid changes: a copy of the list, if a Ranking reads this one (a

@@ -58,7 +58,7 @@ async def assert_index_is_the_database(bank, kept_most: bool = True):
         vs = sets[kind]
         assert set(vs.rows) == set(db), kind
         for u, v in db.items():
-            assert np.allclose(vs.mat[vs.rows[u]], v, atol=1e-6), (kind, u)
+            assert np.allclose(vs.vector(u), v, atol=1e-6), (kind, u)
     facts, _, _ = await bank.driver.execute_query(graph_index._UUIDS["facts"], gid=bank.slug)
     rows, _, _ = await bank.driver.execute_query(graph_index._ROWS, gid=bank.slug)
     there, linked = {r["uuid"] for r in facts}, {r["uuid"]: r for r in rows}
@@ -133,7 +133,7 @@ async def test_the_index_stays_in_step_with_every_write(engine):
     rows, _, _ = await bank.driver.execute_query(graph_index._LOAD["facts"], gid=bank.slug)
     u, v = rows[0]["uuid"], np.asarray(rows[0]["v"], np.float32)
     await engine.pool.query(bank, "set_fact_embedding", uuid=u, embedding=list(map(float, v[::-1])))
-    assert np.allclose(bank.graph_index.sets["facts"].mat[bank.graph_index.sets["facts"].rows[u]], v[::-1])
+    assert np.allclose(bank.graph_index.sets["facts"].vector(u), v[::-1])
     await assert_index_is_the_database(bank)
     # pruning and expiry delete by their own queries
     await engine.prune(BANK, 6)
@@ -775,6 +775,37 @@ async def test_when_a_turns_facts_ended_comes_from_the_kept_rows(engine):
     assert await berlin() == kept and reads, "read from the database: the same"
 
 
+def test_the_scan_bounded_by_the_first_dimensions_finds_what_the_full_scan_finds():
+    """A scan reads each row's first dimensions and skips the rows whose cosine cannot pass
+    the floor: it returns what scoring every row in full returns, rows that match only past
+    those dimensions included; a floor most rows pass is scored in full the same way."""
+    rng = np.random.default_rng(3)
+    dim = 256
+    query = rng.normal(size=dim).astype(np.float32)
+    vs = graph_index.VectorSet(dim)
+    rows = {f"r{i}": rng.normal(size=dim) for i in range(2000)}
+    for i in range(6):      # close to the query everywhere
+        rows[f"near{i}"] = query + 0.3 * rng.normal(size=dim)
+    for i in range(6):      # close to it only past the first dimensions
+        tail_only = rng.normal(size=dim)
+        tail_only[graph_index.HEAD_DIMS:] = 3 * query[graph_index.HEAD_DIMS:]
+        rows[f"tail{i}"] = tail_only
+    for u, v in rows.items():
+        vs.put(u, v)
+    for u in ("r5", "near0", "tail0"):
+        vs.drop(u)
+
+    def every_row(floor):
+        live = {u: v for u, v in rows.items() if u in vs.rows}
+        cos = {u: float(np.dot(v, query) / np.linalg.norm(v) / np.linalg.norm(query)) for u, v in live.items()}
+        return sorted((u for u, c in cos.items() if c > floor), key=lambda u: (-cos[u], vs.rows[u]))
+
+    want = every_row(0.6)
+    assert {u[:4] for u in want} == {"near", "tail"} and "tail0" not in want
+    assert list(vs.ranked(query, 0.6)) == want
+    assert list(vs.ranked(query, 0.0)) == every_row(0.0)     # half the rows: read in full
+
+
 def test_a_ranking_read_in_chunks_is_the_whole_stable_order():
     """The cosine order is sorted only as far as a search reads it; read in the growing
     chunks a search reads (or at any point), it is the full stable sort: best first, ties in
@@ -787,8 +818,8 @@ def test_a_ranking_read_in_chunks_is_the_whole_stable_order():
         vs.drop(f"u{i}")
     query = rng.normal(size=8)
     with np.errstate(divide="ignore", invalid="ignore"):        # dropped rows: norm 0
-        scores = (vs.mat[:len(vs.uuids)] @ query.astype(np.float32)) / (vs.norms[:len(vs.uuids)]
-                                                                        * np.linalg.norm(query))
+        mat = np.array([vs.vector(u) if u else np.zeros(8, np.float32) for u in vs.uuids])
+        scores = (mat @ query.astype(np.float32)) / (vs.norms[:len(vs.uuids)] * np.linalg.norm(query))
     whole = [vs.uuids[i] for i in np.argsort(-scores, kind="stable") if vs.norms[i] and scores[i] > 0.1]
     assert 1000 < len(whole) < 2500
     ranked = vs.ranked(query, 0.1)
