@@ -117,19 +117,16 @@ class VectorSet:
     def __init__(self, dim: int = 0):
         self.rows: dict[str, int] = {}
         self.uuids: list[str | None] = []
-        self.norms = np.zeros(0, np.float32)     # 0: a free row
-        self.tails = np.zeros(0, np.float32)     # the norm of each row's `rest`
-        self._shape(dim, 0)
+        self._shape(dim, 0)     # head, rest; norms (0: a free row); tails (each row's `rest` norm)
         self.free: list[int] = []
         self.lent = False           # `uuids` is read by a Ranking: copy it before a row changes
 
-    def _shape(self, dim: int, cap: int) -> None:
-        """Room for `cap` rows of `dim`, the rows so far kept."""
+    def _shape(self, dim: int, cap: int, kept: int = 0) -> None:
+        """Room for `cap` rows of `dim`, the first `kept` rows carried over."""
         split = min(dim, HEAD_DIMS)
         head, rest = np.zeros((cap, split), np.float32), np.zeros((cap, dim - split), np.float32)
         norms, tails = np.zeros(cap, np.float32), np.zeros(cap, np.float32)
-        if getattr(self, "dim", None) == dim:
-            kept = len(self.uuids)
+        if kept:
             head[:kept], rest[:kept] = self.head[:kept], self.rest[:kept]
             norms[:kept], tails[:kept] = self.norms[:kept], self.tails[:kept]
         self.dim, self.head, self.rest, self.norms, self.tails = dim, head, rest, norms, tails
@@ -160,7 +157,7 @@ class VectorSet:
             else:
                 row = len(self.uuids)
                 if row >= len(self.head):        # grow by half: amortized, little slack
-                    self._shape(self.dim, max(64, row + row // 2))
+                    self._shape(self.dim, max(64, row + row // 2), kept=row)
                 self.uuids.append(None)
             self.rows[uuid] = row
             self.uuids[row] = uuid
