@@ -342,6 +342,8 @@ class BankPool:
                 await asyncio.to_thread(close_kuzu, bank.driver, bank.dir)
             if keep_turns and bank.turns is not None and bank.turns_pending is None:
                 self._kept_turns[bank.name] = (bank.turns, _file_state(bank.dir))
+        if bank.name not in self._kept_turns and bank.turns is not None and bank.turns.texts is not None:
+            bank.turns.texts.close()    # its file is in the bank's folder, which may go next
 
     async def close(self) -> None:
         self._kept_turns.clear()

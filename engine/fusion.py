@@ -102,8 +102,13 @@ async def fuse(pool: BankPool, bank: Bank, res, as_of: datetime | None,
 
 async def _read_texts(pool: BankPool, bank: Bank, episodes: list) -> None:
     """The text of turns found without it (the turn index's hits: content ""), read now
-    that they are to be shown: only these, not every hit."""
+    that they are to be shown: only these, not every hit; from the turn index's copy when
+    it has one (a read by key from Kuzu costs ~0.22 ms at 20,000 turns)."""
     unread = [e for e in episodes if not e.content]
+    if bank.turns is not None:
+        for e in unread:
+            e.content = bank.turns.text(e.uuid) or ""
+        unread = [e for e in unread if not e.content]
     rows = await pool.episodes(bank, [e.uuid for e in unread]) if unread else {}
     for e in unread:
         e.content = (rows.get(e.uuid) or {}).get("content") or ""

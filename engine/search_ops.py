@@ -28,6 +28,7 @@ from memoryplus.engine.excerpts import excerpts
 from memoryplus.engine.fusion import covering, fuse, turn_metas
 from memoryplus.engine.turn_index import (TurnIndex, compact, pack_vectors, reply_query, reply_vectors, split_body,
                                           unpack_vectors, vectors_tag)
+from memoryplus.engine.turn_texts import TurnTexts
 from memoryplus.wire.records import SearchResult, as_utc
 
 log = logging.getLogger(__name__)
@@ -193,7 +194,8 @@ class SearchOps:
                 for i, v in zip(missing, users):
                     replies = reply_vectors(bank.embedder, rows[i]["content"] or "")
                     kept[i] = (np.asarray(v, np.float32), compact(replies))
-                index = TurnIndex(dim=len(kept[0][0]) if kept else bank.manifest.embedding_dim or 1)
+                index = TurnIndex(dim=len(kept[0][0]) if kept else bank.manifest.embedding_dim or 1,
+                                  texts=TurnTexts.open(bank.dir))
                 for r, (v, replies) in zip(rows, kept):
                     index.add(r["uuid"], r["content"] or "", ts(r["valid_at"]), v, replies, r["name"],
                               r["entity_edges"] or [])

@@ -45,6 +45,7 @@ import numpy as np
 
 from memoryplus.common.text import keyword_tokens, split_sentences, stem
 from memoryplus.engine.embedders import embed_rows, sentence_embedder
+from memoryplus.engine.turn_texts import TurnTexts
 
 _stem = lru_cache(maxsize=65536)(stem)
 
@@ -339,6 +340,8 @@ class TurnIndex:
     # (a read by key costs Kuzu ~0.3 ms: ten a search were 5.6 of 12.7 ms at 20,000 turns)
     rows: list[tuple[datetime | None, tuple[str, ...]] | None] = field(default_factory=list)
     slot: dict[str, int] = field(default_factory=dict)
+    # slot -> the turn's text, in a file (turn_texts.py); None: a search reads those it shows
+    texts: TurnTexts | None = None
     _conversations: _Column | None = None           # conversations(), kept while turns come in order
     _reply_layout: tuple[np.ndarray, np.ndarray] | None = None  # reply_layout()
 
@@ -374,6 +377,8 @@ class TurnIndex:
         self.slot[uuid] = i
         self.turn.add(i, tokens(f"{user} {asst}"))
         self.user.add(i, tokens(user))
+        if self.texts is not None:
+            self.texts.put(i, body)
         v = np.asarray(user_vector if user_vector is not None else np.zeros(self.dim), dtype=np.float32)
         self.dim = len(v)
         self._users.append(v[None, :])
@@ -409,6 +414,11 @@ class TurnIndex:
                 out[u] = {"uuid": u, "name": self.names[i], "valid_at": row[0], "entity_edges": list(row[1])}
         return out
 
+    def text(self, uuid: str) -> str | None:
+        """A stored turn's text as the bank holds it, if the index keeps a copy (texts)."""
+        i = self.slot.get(uuid)
+        return None if i is None or self.texts is None else self.texts.get(i)
+
     def reply_rows(self, uuid: str) -> np.ndarray | None:
         """The compact vectors of a stored turn's reply sentences (compact()), one row per
         sentence of reply_sentences(body); None for a turn the index does not hold."""
@@ -435,6 +445,8 @@ class TurnIndex:
             self._stored.view()[i] = False
             self.turn.remove(i)
             self.user.remove(i)
+            if self.texts is not None:
+                self.texts.erase(i)
             self._users.view()[i] = 0
             first = self.reply_layout()[0][i]
             rows[first:first + self._reply_count.view()[i]] = False

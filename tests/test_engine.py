@@ -912,6 +912,39 @@ async def test_turns_read_by_key_are_the_turns_read_by_a_scan(engine, monkeypatc
     assert found[True] == found[False] and found[True]
 
 
+async def test_a_search_shows_its_turns_texts_from_the_index_copy_and_a_forgotten_turn_leaves_none_there(engine, monkeypatch):
+    """The turns a search shows carry their texts, read from the turn index's copy (not from
+    the bank, ~0.22 ms a turn at 20,000 turns); a turn stored again shows its new text; a
+    forgotten turn's text is gone from the copy's file, not only from its offsets."""
+    await engine.ingest("copy", [turn(i, f"My cousin number {i} collects stamps from Peru and Chile {i}.",
+                                      f"Stamps number {i} noted.", days=i) for i in range(8)])
+    await engine.search("copy", "Who collects stamps?")              # the turn index is built
+    await engine.ingest("copy", [turn(3, "My cousin number 3 collects old maps of Lisbon.", days=3),
+                                 turn(9, "My neighbour Ingrid collects stamps from Norway.", days=9)])
+    bank = engine.banks["copy"]
+    real, read = engine.pool.episodes, []
+    monkeypatch.setattr(engine.pool, "episodes", lambda b, uuids: read.append(list(uuids)) or real(b, uuids))
+    shown = [r for r in await engine.search("copy", "Who collects stamps from Norway or maps of Lisbon?")
+             if r.kind == "episode"]
+    stored = {r["uuid"]: r["content"] for r in await engine.pool.query(bank, "episodes_all", gid=bank.slug)}
+    assert len(shown) >= 3 and not read, read
+    assert all(r.text == stored[r.id] for r in shown), [(r.text, stored.get(r.id)) for r in shown]
+    assert any("Ingrid" in r.text for r in shown) and any("Lisbon" in r.text for r in shown)
+    copy = bank.turns.texts._file                 # what anyone reading the file would see
+
+    def raw() -> bytes:
+        copy.flush()
+        copy.seek(0)
+        return copy.read()
+    assert b"Peru and Chile 3." not in raw(), "the text a turn stored again replaced"
+    assert b"Ingrid" in raw()
+    monkeypatch.setattr(engine.pool, "episodes", real)
+    report = await engine.forget("copy", text="neighbour Ingrid Norway stamps")
+    assert report.sources == ["9"]
+    assert b"Ingrid" not in raw() and b"Norway" not in raw()
+    assert "Ingrid" not in texts(await engine.search("copy", "Who collects stamps from Norway?"))
+
+
 async def test_a_search_half_that_fails_stops_the_other():
     """A search reads the graph and the turn index at once; when one fails, the other is
     cancelled, not left running against a bank that may be closing."""
