@@ -351,6 +351,8 @@ class TurnIndex:
         self._stored = _Column(bool)                    # slot -> its turn is stored (not removed)
         self._times = _Column(np.float64)               # slot -> valid_at (epoch seconds)
         self._reply_count = _Column(np.int64)           # slot -> its reply's sentences
+        self._text_at = _Column(np.int64)               # slot -> where its text is in `texts`
+        self._text_size = _Column(np.int64)             # slot -> its bytes there (0: none)
         self._users = _Rows(self.dim, np.float32)      # slot -> the user message's vector
         self._replies = _Rows(REPLY_DIM, np.int8)       # the reply sentences' rows, slot after slot
 
@@ -378,7 +380,9 @@ class TurnIndex:
         self.turn.add(i, tokens(f"{user} {asst}"))
         self.user.add(i, tokens(user))
         if self.texts is not None:
-            self.texts.put(i, body)
+            at, size = self.texts.put(body)
+            self._text_at.put(i, at)
+            self._text_size.put(i, size)
         v = np.asarray(user_vector if user_vector is not None else np.zeros(self.dim), dtype=np.float32)
         self.dim = len(v)
         self._users.append(v[None, :])
@@ -417,7 +421,9 @@ class TurnIndex:
     def text(self, uuid: str) -> str | None:
         """A stored turn's text as the bank holds it, if the index keeps a copy (texts)."""
         i = self.slot.get(uuid)
-        return None if i is None or self.texts is None else self.texts.get(i)
+        if i is None or self.texts is None or i >= self._text_size.used:
+            return None
+        return self.texts.get(int(self._text_at.view()[i]), int(self._text_size.view()[i]))
 
     def reply_rows(self, uuid: str) -> np.ndarray | None:
         """The compact vectors of a stored turn's reply sentences (compact()), one row per
@@ -445,8 +451,9 @@ class TurnIndex:
             self._stored.view()[i] = False
             self.turn.remove(i)
             self.user.remove(i)
-            if self.texts is not None:
-                self.texts.erase(i)
+            if self.texts is not None and i < self._text_size.used:
+                self.texts.erase(int(self._text_at.view()[i]), int(self._text_size.view()[i]))
+                self._text_size.view()[i] = 0
             self._users.view()[i] = 0
             first = self.reply_layout()[0][i]
             rows[first:first + self._reply_count.view()[i]] = False

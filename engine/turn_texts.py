@@ -17,20 +17,17 @@ import tempfile
 import threading
 from pathlib import Path
 
-import numpy as np
-
 log = logging.getLogger("memoryplus.turn_texts")
 
 
 class TurnTexts:
-    """Texts by slot (the turn index's): appended, read, erased."""
+    """Texts appended to one file, read and erased by where they are (offset, size in bytes):
+    the turn index keeps each slot's."""
 
     def __init__(self, folder: Path):
         self._file = tempfile.TemporaryFile(dir=folder, prefix="turn-texts-")
         self._lock = threading.Lock()       # a seek and its read or write go together
         self._end = 0                       # where the next text goes
-        self._at = np.zeros(0, np.int64)    # slot -> offset
-        self._size = np.zeros(0, np.int64)  # slot -> bytes (0: none, or erased)
 
     @classmethod
     def open(cls, folder: Path) -> TurnTexts | None:
@@ -42,43 +39,38 @@ class TurnTexts:
             log.warning("the turns' texts are read from the bank: no file in %s (%s)", folder, exc)
             return None
 
-    def put(self, slot: int, text: str) -> None:
+    def put(self, text: str) -> tuple[int, int]:
+        """Where `text` was written; size 0 if it was not (read from the bank then)."""
         data = text.encode("utf-8", "surrogatepass")
-        if slot >= len(self._at):
-            grow = max(slot + 1, 64, len(self._at) * 3 // 2)
-            self._at = np.concatenate([self._at, np.zeros(grow - len(self._at), np.int64)])
-            self._size = np.concatenate([self._size, np.zeros(grow - len(self._size), np.int64)])
-        self._size[slot] = 0
         try:
             with self._lock:            # (a seek writes out what the buffer holds)
                 self._file.seek(self._end)
                 self._file.write(data)
         except (OSError, ValueError) as exc:   # a full disk: this turn's text is read from the bank
             log.warning("a turn's text was not copied (%s): it is read from the bank", exc)
-            return
-        self._at[slot], self._size[slot] = self._end, len(data)
-        self._end += len(data)
+            return 0, 0
+        at, self._end = self._end, self._end + len(data)
+        return at, len(data)
 
-    def get(self, slot: int) -> str | None:
-        """The slot's text; None if it has none (never put, or erased) or it cannot be read."""
-        if slot >= len(self._at) or not self._size[slot]:
+    def get(self, at: int, size: int) -> str | None:
+        """The text written there; None if there is none (size 0) or it cannot be read."""
+        if not size:
             return None
         try:
             with self._lock:
-                self._file.seek(int(self._at[slot]))
-                data = self._file.read(int(self._size[slot]))
+                self._file.seek(at)
+                data = self._file.read(size)
         except (OSError, ValueError) as exc:     # ValueError: closed with its bank
             log.warning("a turn's text could not be read from its copy (%s): read from the bank", exc)
             return None
-        return data.decode("utf-8", "surrogatepass") if len(data) == self._size[slot] else None
+        return data.decode("utf-8", "surrogatepass") if len(data) == size else None
 
-    def erase(self, slot: int) -> None:
-        """The slot's bytes overwritten with zeros: a forgotten turn's text is gone from the copy."""
-        if slot >= len(self._at) or not self._size[slot] or self._file.closed:
+    def erase(self, at: int, size: int) -> None:
+        """The bytes there overwritten with zeros: a forgotten turn's text is gone from the copy."""
+        if not size or self._file.closed:
             return                      # (a closed file's bytes went with it: it was unlinked)
-        size, self._size[slot] = int(self._size[slot]), 0
         with self._lock:        # an error here is the removal's: the text must not stay
-            self._file.seek(int(self._at[slot]))
+            self._file.seek(at)
             self._file.write(bytes(size))
             self._file.flush()
 
