@@ -59,6 +59,31 @@ def test_until_and_remove():
     assert len(idx) == 2 and [u for u, _ in idx.search("Porto", vec(0, 1), 5)][0] == "u1"
 
 
+def test_after_forgetting_turns_the_others_score_as_if_those_had_never_been_stored():
+    """BM25's counts (how many turns are live, how many have each word, their lengths)
+    lose every word of a removed turn: the turns that remain score exactly as in an index
+    that only ever held them, by keywords alone and in the whole search."""
+    bodies = ["User: My sister Anna lives in Porto\nAssistant: Porto is lovely in spring.",
+              "User: Anna and I hiked in the Alps, Anna carried the tent\nAssistant: Sounds tiring.",
+              "User: I bought a new tent for hiking\nAssistant: Good for the Alps.",
+              "User: My sister moved from Porto to Lisbon\nAssistant: A big move for Anna."]
+    vecs = [vec(1, 0), vec(0.5, 0.5), vec(0, 1), vec(0.9, 0.2)]
+    forgot = TurnIndex(dim=4)
+    for i in range(4):
+        forgot.add(f"u{i}", bodies[i], T0 + timedelta(days=i), vecs[i])
+    forgot.remove(["u1", "u2"])
+    never = TurnIndex(dim=4)
+    for i in (0, 3):
+        never.add(f"u{i}", bodies[i], T0 + timedelta(days=i), vecs[i])
+    for terms in (["anna"], ["sister", "porto"], ["lisbon", "anna", "move"]):
+        for field in ("turn", "user"):
+            got = getattr(forgot, field).scores(terms, 4)[[0, 3]]
+            want = getattr(never, field).scores(terms, 2)
+            assert got.tolist() == want.tolist(), (field, terms)
+    assert forgot.search("Anna sister Porto", vec(1, 0.1), 5) == never.search("Anna sister Porto", vec(1, 0.1), 5)
+    assert "tent" not in forgot.turn and "hiked" not in forgot.user, "no word of theirs is kept"
+
+
 async def test_turns_stored_while_the_index_is_built_are_in_it(engine, monkeypatch):
     """The index is built on a bank's first search from one read of the bank; a turn stored
     after that read and before the index is in place must not be missing from it."""
