@@ -21,6 +21,9 @@ often holds the detail asked for. A question that adds up, compares or orders oc
 ("how many … in total", "which came first") spreads its turns over conversations instead
 (SPREAD): its evidence is one turn in each of several.
 
+From SCALE_FROM turns on, a search scores only its candidates (turn_lists.py): the best
+keyword hits and the turns nearest the query's meaning, with the spreads of every turn.
+
 Kept in memory, built from the bank on its first search and kept in step with every write
 and removal: it holds no text (token counts and vectors). Each turn's vectors are also kept
 on the turn's own row in the bank (pack_vectors), so that opening a bank embeds nothing again
@@ -45,6 +48,7 @@ import numpy as np
 
 from memoryplus.common.text import keyword_tokens, split_sentences, stem
 from memoryplus.engine.embedders import embed_rows, sentence_embedder
+from memoryplus.engine.turn_lists import KEYWORD_CANDIDATES, SCALE_FROM, TurnLists
 from memoryplus.engine.turn_texts import TurnTexts
 
 _stem = lru_cache(maxsize=65536)(stem)
@@ -249,11 +253,18 @@ class _Field:
                 self.free.append(i)
 
     def scores(self, terms: list[str], size: int) -> np.ndarray:
+        """BM25 of `terms` per slot (`size` of them)."""
         out = np.zeros(size)
+        for docs, x in self._term_scores(terms):
+            out[docs] += x
+        return out
+
+    def _term_scores(self, terms: list[str]):
+        """(documents, BM25 of the word) for each word of `terms` that a live document has."""
         n = self.live
         if not n:
-            return out
-        norm = self._norms(size)
+            return
+        average = self.total / n or 1.0
         for w in terms:
             i = self.ids.get(w)
             if i is None:
@@ -261,17 +272,8 @@ class _Field:
             pairs = np.frombuffer(self.postings[i], np.int32)
             docs, tf = pairs[::2], pairs[1::2].astype(np.float64)
             idf = math.log(1 + (n - len(docs) + 0.5) / (len(docs) + 0.5))
-            out[docs] += idf * tf * (K1 + 1) / (tf + norm[docs])
-        return out
-
-    def _norms(self, size: int) -> np.ndarray:
-        """K1 × (1 - B + B × length / average length) per slot (`size` of them), from the
-        lengths kept per slot (one vector operation: rebuilding them from a dict after each
-        write cost ~2 ms a search at 20,000 turns)."""
-        lengths = np.zeros(size)
-        kept = self.lengths.view()[:size]
-        lengths[:len(kept)] = kept
-        return K1 * (1 - B + B * lengths / (self.total / self.live or 1.0))
+            norm = K1 * (1 - B + B * self.lengths.view()[docs] / average)
+            yield docs, idf * tf * (K1 + 1) / (tf + norm)
 
 
 class _Column:
@@ -368,6 +370,8 @@ class TurnIndex:
         self._text_size = _Column(np.int64)             # slot -> its bytes there (0: none)
         self._users = _Rows(self.dim, np.float32)      # slot -> the user message's vector
         self._replies = _Rows(REPLY_DIM, np.int8)       # the reply sentences' rows, slot after slot
+        self._lists: TurnLists | None = None            # at scale (turn_lists.py), from its first search
+        self._reply_sample = None                       # its sample's reply rows (_reply_rows), in one block
 
     def __len__(self) -> int:
         return len(self.slot)
@@ -399,6 +403,8 @@ class TurnIndex:
         v = np.asarray(user_vector if user_vector is not None else np.zeros(self.dim), dtype=np.float32)
         self.dim = len(v)
         self._users.append(v[None, :])
+        if self._lists is not None:
+            self._lists.add(i, v)
         replies = compact(reply_vectors)
         self._replies.append(replies)
         self._reply_count.put(i, len(replies))
@@ -467,6 +473,8 @@ class TurnIndex:
             if self.texts is not None and i < self._text_size.used:
                 self.texts.erase(int(self._text_at.view()[i]), int(self._text_size.view()[i]))
                 self._text_size.view()[i] = 0
+            if self._lists is not None:
+                self._lists.remove(self._users.view()[i])
             self._users.view()[i] = 0
             first = self.reply_layout()[0][i]
             rows[first:first + self._reply_count.view()[i]] = False
@@ -612,15 +620,134 @@ class TurnIndex:
         adds up several occasions (SPREAD)."""
         if not self.slot or not limit:
             return []
+        weights = ASSISTANT_WEIGHTS if to_assistant else WEIGHTS
+        if len(self.slot) >= SCALE_FROM and until is None and pointed is None:
+            return self._search_candidates(query, query_vector, limit, related, weights,
+                                           not to_assistant, reply_vector, several)
         signals, live = self.signals(query, query_vector, until, related, reply_vector)
-        total = self.ranking(signals, live, query_vector, ASSISTANT_WEIGHTS if to_assistant else WEIGHTS,
-                             self.near(*pointed) if pointed else None, self.conversations(),
-                             feedback=not to_assistant)
+        total = self.ranking(signals, live, query_vector, weights, self.near(*pointed) if pointed else None,
+                             self.conversations(), feedback=not to_assistant)
         if several:
             total = self.spread(total, self.conversations(), SPREAD)
+        return self._best(np.arange(len(total)), total, limit)
+
+    def _best(self, slots: np.ndarray, total: np.ndarray, limit: int) -> list[tuple[str, float]]:
+        """The `limit` best of `slots` by `total` (theirs, in order), best first; none at -inf."""
         k = min(limit, int(np.isfinite(total).sum()))
         if not k:
             return []
         top = np.argpartition(-total, k - 1)[:k]
         top = top[np.argsort(-total[top], kind="stable")]
-        return [(self.uuids[i], float(total[i])) for i in top]
+        return [(self.uuids[slots[i]], float(total[i])) for i in top]
+
+    def _search_candidates(self, query: str, query_vector, limit: int, related: Iterable[str],
+                           weights, feedback: bool, reply_vector, several: bool) -> list[tuple[str, float]]:
+        """search() in a big bank, over candidates (turn_lists.py): the ranking's own terms and
+        spreads, but scored only for the turns that can make its best. Every stored turn is
+        live (no `until`, no `pointed`)."""
+        stored = self._stored.view()
+        if self._lists is None or len(self.slot) > 2 * self._lists.trained_on:
+            self._lists = TurnLists(self._users.view(), stored)     # ~0.2 s at 20,000 turns
+            # the sample's reply rows in one block: read by every search, gathered once
+            self._reply_sample = (self._lists.sample, *self._reply_rows(self._lists.sample))
+        lists, n, users, size = self._lists, len(self.slot), self._users.view(), len(self.uuids)
+        keyword, worded, hit = self._keyword_shares(query, related, weights)
+        replies = None      # (per slot: its reply signal, nan until needed; the mean; the spread)
+        if reply_vector is not None and weights[3]:
+            sampled, *rows = self._reply_sample
+            sample = self._best_reply(len(sampled), *rows, reply_vector)[stored[sampled]]
+            if len(sample) and sample.std() > 0:
+                replies = (np.full(len(self.uuids), np.nan), sample.mean(), sample.std())
+        conversations = self.conversations()
+
+        def among(*parts: np.ndarray) -> np.ndarray:
+            """The stored slots of `parts`, in order."""
+            mark = np.zeros(size, bool)
+            for p in parts:
+                mark[p] = True
+            return np.flatnonzero(mark & stored)
+
+        def fused(slots: np.ndarray, vector: np.ndarray, cos: np.ndarray) -> np.ndarray:
+            total = keyword[slots]
+            mean, sd = lists.cosine_spread(vector, n)
+            if weights[2] and sd > 0:
+                total = total + weights[2] * (cos - mean) / sd
+            if replies is not None:
+                best_reply, reply_mean, reply_sd = replies
+                todo = slots[np.isnan(best_reply[slots])]
+                best_reply[todo] = self._best_reply(len(todo), *self._reply_rows(todo), reply_vector)
+                total = total + weights[3] * (best_reply[slots] - reply_mean) / reply_sd
+            total = total + 1e-6 * cos
+            conv = conversations[slots]
+            best = np.full(int(conv.max()) + 1, -np.inf)
+            np.maximum.at(best, conv, total)
+            total += CONVERSATION_WEIGHT * best[conv]
+            total[~(worded[slots] | (cos >= COSINE_FLOOR))] = -np.inf
+            return total
+
+        vector = np.asarray(query_vector, dtype=np.float32)
+        slots = among(hit, lists.near(vector))
+        if not len(slots):
+            return []
+        rows = users[slots]
+        total = fused(slots, vector, rows @ vector)
+        k = min(PRF_TURNS, int(np.isfinite(total).sum())) if feedback else 0
+        if k:
+            best = slots[np.argpartition(-total, k - 1)[:k]]
+            moved = vector + PRF_WEIGHT * users[best].mean(axis=0)
+            norm = float(np.linalg.norm(moved))
+            vector = (moved / norm if norm > 0 else moved).astype(np.float32)
+            more_slots = among(slots, lists.near(vector))
+            cos = np.empty(len(more_slots), np.float32)
+            again = np.searchsorted(more_slots, slots)       # the slots scored already (rows)
+            new = np.ones(len(more_slots), bool)
+            new[again] = False
+            cos[again] = rows @ vector
+            cos[new] = users[more_slots[new]] @ vector
+            slots = more_slots
+            total = fused(slots, vector, cos)
+        if several:
+            total = self.spread(total, conversations[slots], SPREAD)
+        return self._best(slots, total, limit)
+
+    def _keyword_shares(self, query: str, related: Iterable[str], weights) -> tuple[np.ndarray, ...]:
+        """Per slot, the two BM25 signals' weighed shares summed (as shares() gives them, the
+        spread over every stored turn) and whether the turn has a word of the query (the
+        relevance floor); and the KEYWORD_CANDIDATES best slots by that sum among those with
+        a word of the query in either field."""
+        terms = tokens(query)
+        more = [t for t in dict.fromkeys(tokens(" ".join(related))) if t not in terms]
+        size, n = len(self.uuids), len(self.slot)
+        bm25 = [f.scores(terms, size) + (RELATED_WEIGHT * f.scores(more, size) if more else 0)
+                for f in (self.turn, self.user)]
+        keyword = np.zeros(size)
+        for x, w in zip(bm25, weights):
+            mean = x.sum() / n              # a removed turn's BM25 is 0: the sums are the live turns'
+            sd = math.sqrt(max(float(x @ x) / n - mean * mean, 0.0))
+            if w and sd > 0:
+                keyword += w * (x - mean) / sd
+        worded = bm25[0] > 0
+        hit = np.flatnonzero(worded | (bm25[1] > 0))
+        if len(hit) > KEYWORD_CANDIDATES:
+            hit = hit[np.argpartition(-keyword[hit], KEYWORD_CANDIDATES - 1)[:KEYWORD_CANDIDATES]]
+        return keyword, worded, hit
+
+    def _reply_rows(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The compact rows of these slots' replies, one slot after another; where each slot
+        that has some begins there; and which slots have some."""
+        counts = self._reply_count.view()[slots]
+        have = np.flatnonzero(counts)
+        counts = counts[have]
+        begins = np.cumsum(counts) - counts
+        rows = np.repeat(self.reply_layout()[0][slots[have]] - begins, counts) + np.arange(counts.sum())
+        return self._replies.view()[rows], begins, have
+
+    @staticmethod
+    def _best_reply(size: int, rows: np.ndarray, begins: np.ndarray, have: np.ndarray,
+                    reply_vector) -> np.ndarray:
+        """Per slot of `size` (laid out by _reply_rows), the best cosine of the query to a
+        sentence of its reply (0 without one): _reply_cosines for a few slots."""
+        out = np.zeros(size)
+        if len(have):
+            out[have] = np.maximum.reduceat(rows.astype(np.float32) @ compact_query(reply_vector), begins)
+        return out
