@@ -32,10 +32,13 @@ _TRAIN_ROWS, _ITERATIONS = 4096, 6      # k-means on a sample, then every turn a
 _CHUNK = 4096               # rows per matrix product when assigning and summing outer products
 
 
-def _nearest(rows: np.ndarray, centroids: np.ndarray) -> np.ndarray:
-    out = np.empty(len(rows), np.int64)
-    for first in range(0, len(rows), _CHUNK):
-        out[first:first + _CHUNK] = np.argmax(rows[first:first + _CHUNK] @ centroids.T, axis=1)
+def _nearest(rows: np.ndarray, centroids: np.ndarray, which: np.ndarray | None = None) -> np.ndarray:
+    """The nearest centroid of each row (of the rows `which`, read a chunk at a time: no copy
+    of a big bank's vectors is made)."""
+    which = np.arange(len(rows)) if which is None else which
+    out = np.empty(len(which), np.int64)
+    for first in range(0, len(which), _CHUNK):
+        out[first:first + _CHUNK] = np.argmax(rows[which[first:first + _CHUNK]] @ centroids.T, axis=1)
     return out
 
 
@@ -59,7 +62,7 @@ class TurnLists:
             full = norms[:, 0] > 0                  # an empty list keeps its centroid
             centroids[full] = sums[full] / norms[full]
         self.centroids = centroids
-        at = _nearest(users[live], centroids)
+        at = _nearest(users, centroids, live)
         order = np.argsort(at, kind="stable")
         bounds = np.searchsorted(at[order], np.arange(lists + 1))
         self.members = [array("i", live[order[bounds[k]:bounds[k + 1]]].tolist()) for k in range(lists)]
