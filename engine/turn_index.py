@@ -489,15 +489,19 @@ class TurnIndex:
         weighed by RELATED_WEIGHT), cosine to its user message, the best cosine of
         `reply_vector` (the query by the reply sentences' embedder) to a sentence of its reply;
         and which slots are live (stored, dated up to `until`)."""
-        n = len(self.uuids)
         stored, times = self.slot_arrays()
         live = stored & (times <= until.timestamp()) if until is not None else stored.copy()
+        cosine = self._users.view() @ np.asarray(query_vector, dtype=np.float32)
+        return self._bm25(query, related) + [cosine, self._reply_cosines(reply_vector)], live
+
+    def _bm25(self, query: str, related: Iterable[str]) -> list[np.ndarray]:
+        """Per slot, BM25 over the turn and over its user message: the query's words, and the
+        `related` words weighed by RELATED_WEIGHT."""
         terms = tokens(query)
         more = [t for t in dict.fromkeys(tokens(" ".join(related))) if t not in terms]
-        bm25 = [f.scores(terms, n) + (RELATED_WEIGHT * f.scores(more, n) if more else 0)
+        n = len(self.uuids)
+        return [f.scores(terms, n) + (RELATED_WEIGHT * f.scores(more, n) if more else 0)
                 for f in (self.turn, self.user)]
-        return bm25 + [self._users.view() @ np.asarray(query_vector, dtype=np.float32),
-                       self._reply_cosines(reply_vector)], live
 
     def slot_arrays(self) -> tuple[np.ndarray, np.ndarray]:
         """Per slot, whether its turn is stored and its time (epoch seconds): views of the
@@ -715,12 +719,9 @@ class TurnIndex:
         spread over every stored turn) and whether the turn has a word of the query (the
         relevance floor); and the KEYWORD_CANDIDATES best slots by that sum among those with
         a word of the query in either field."""
-        terms = tokens(query)
-        more = [t for t in dict.fromkeys(tokens(" ".join(related))) if t not in terms]
-        size, n = len(self.uuids), len(self.slot)
-        bm25 = [f.scores(terms, size) + (RELATED_WEIGHT * f.scores(more, size) if more else 0)
-                for f in (self.turn, self.user)]
-        keyword = np.zeros(size)
+        n = len(self.slot)
+        bm25 = self._bm25(query, related)
+        keyword = np.zeros(len(self.uuids))
         for x, w in zip(bm25, weights):
             mean = x.sum() / n              # a removed turn's BM25 is 0: the sums are the live turns'
             sd = math.sqrt(max(float(x @ x) / n - mean * mean, 0.0))
