@@ -1,5 +1,5 @@
-"""How our Kuzu driver runs graphiti's queries: prepared statements reused, mentions saved
-without a uuid, and one slow query shape rewritten.
+"""How our Kuzu driver runs graphiti's queries: prepared statements reused, timestamps read
+as text, mentions saved without a uuid, and one slow query shape rewritten.
 
 Prepared statements:
 
@@ -7,6 +7,17 @@ Kuzu 0.11.3's Python binding prepares a statement for every `execute(query, para
 never frees its native memory: 6–40 KB per call. A search runs 7 queries, so a worker that
 answered 2,000 searches on one open bank held 1.4 GB (measured; closing the bank gave it
 back). Executing one prepared statement per distinct query text leaks nothing.
+
+Timestamps read as text:
+
+Kuzu 0.11.3's Python binding keeps a reference to every TIMESTAMP (and DATE) value it returns,
+so each `datetime` read stays in the process for good (~90 B of RSS each: 400,000 reads grew
+a process by 35.6 MB; text, numbers, lists and uuids leak nothing). A stored turn reads the
+facts of the entities it touches, hundreds for a hub such as User, four timestamps each:
+over 10,000 bench turns ~1.8 million datetimes, 74 MB of a worker's growth (tracemalloc,
+2026-12-08). So a top-level RETURN of a timestamp column (`e.valid_at AS valid_at`) returns
+it cast to text, and the rows get their `datetime` back here (`timestamps_as_text`), equal
+to the binding's own (naive, to the microsecond).
 
 Mentions without a uuid:
 
@@ -32,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections import OrderedDict
+from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
@@ -45,8 +57,73 @@ def lookups_cheaper(keys: int, rows: int) -> bool:
     return keys * LOOKUP_MS < SCAN_MS + SCAN_MS_PER_1000_ROWS * rows / 1000
 
 
+# graphiti's TIMESTAMP columns (driver/kuzu_driver.py's schema; ours adds none)
+TIMESTAMP_COLUMNS = ("created_at", "valid_at", "invalid_at", "expired_at", "reference_time",
+                     "last_summarized_episode_valid_at")
+_PROJECTED = re.compile(r"(?<![\w.$`])([A-Za-z_]\w*)\.(" + "|".join(TIMESTAMP_COLUMNS)
+                        + r")\s+AS\s+([A-Za-z_]\w*)\b")
+_CLAUSE = re.compile(r"\b(RETURN|WITH|UNION)\b", re.I)
+
+
+def _top_level(cypher: str) -> list[bool]:
+    """For each character: whether it is outside every bracket and quoted text."""
+    out, depth, quote = [], 0, ""
+    for ch in cypher:
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "'\"`":
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        out.append(not quote and depth == 0)
+    return out
+
+
+@lru_cache(maxsize=256)      # it runs for every query; the query texts are a few dozen
+def timestamps_as_text(cypher: str) -> tuple[str, tuple[str, ...]]:
+    """`cypher` with each timestamp column its top-level RETURN projects (`x.valid_at AS v`)
+    cast to text, and those columns' names (see the module's docstring). A projection of a
+    WITH, or inside a bracket (a subquery, a map, a list), is left as it is: what reads it
+    next expects a timestamp."""
+    top = _top_level(cypher)
+    clause = {m.start(): m.group(1).upper() for m in _CLAUSE.finditer(cypher) if top[m.start()]}
+    names: list[str] = []
+
+    def cast(m: re.Match) -> str:
+        last = max((at for at in clause if at < m.start()), default=None)
+        if not top[m.start()] or last is None or clause[last] != "RETURN":
+            return m.group(0)
+        names.append(m.group(3))
+        return f"CAST({m.group(1)}.{m.group(2)} AS STRING) AS {m.group(3)}"
+    text = _PROJECTED.sub(cast, cypher)
+    return text, tuple(dict.fromkeys(names))
+
+
+def _timestamp(text: str) -> datetime:
+    """Kuzu's text of a TIMESTAMP ('2025-01-01 08:30:00.12') as the binding returns it: a naive
+    datetime. Python 3.10's fromisoformat takes a fraction of 3 or 6 digits only."""
+    head, dot, fraction = text.partition(".")
+    return datetime.fromisoformat(f"{head}.{fraction.ljust(6, '0')}" if dot else head)
+
+
+def with_timestamps(rows: list, names: tuple[str, ...]) -> list:
+    """`rows` (dicts, or lists of them for several statements) with the columns `names` read
+    as text turned back into datetimes, in place."""
+    if names:
+        for row in rows:
+            for r in (row if isinstance(row, list) else (row,)):
+                for name in names:
+                    v = r.get(name)
+                    if isinstance(v, str):
+                        r[name] = _timestamp(v)
+    return rows
+
+
 class PreparedStatementsMixin:
-    """For a graphiti KuzuDriver subclass: `execute_query` through cached prepared statements."""
+    """For a graphiti KuzuDriver subclass: `execute_query` through cached prepared statements,
+    timestamps read as text."""
 
     async def _statement(self, cypher_query_: str):
         cache: OrderedDict = self.__dict__.setdefault("_statements", OrderedDict())
@@ -65,7 +142,8 @@ class PreparedStatementsMixin:
         in turn (for lookups by key, see `lookups_cheaper`)."""
         if not param_sets:
             return []
-        statement = await self._statement(cypher_query_)
+        text, stamps = timestamps_as_text(cypher_query_)
+        statement = await self._statement(text)
         conn = statement._connection        # a statement runs on the connection that prepared it
 
         def run() -> list[dict]:
@@ -74,13 +152,14 @@ class PreparedStatementsMixin:
                 out += conn.execute(statement, params).rows_as_dict()
             return out
         try:
-            return await asyncio.get_running_loop().run_in_executor(self.client.executor, run)  # type: ignore[attr-defined]
+            return with_timestamps(await asyncio.get_running_loop().run_in_executor(
+                self.client.executor, run), stamps)  # type: ignore[attr-defined]
         except asyncio.CancelledError:
             conn.interrupt()                # as Kuzu's AsyncConnection does
             raise
         except Exception:
             # as execute_query: forget the statement, and run the plain path (which raises)
-            self.__dict__["_statements"].pop(cypher_query_, None)
+            self.__dict__["_statements"].pop(text, None)
             out = []
             for params in param_sets:
                 records, _, _ = await self.execute_query(cypher_query_, **params)
@@ -88,14 +167,15 @@ class PreparedStatementsMixin:
             return out
 
     async def execute_query(self, cypher_query_: str, **kwargs: Any):  # type: ignore[override]
-        cypher_query_ = faster_query(cypher_query_)
+        cypher_query_, stamps = timestamps_as_text(faster_query(cypher_query_))
         if _MENTION_BLANK in cypher_query_:
             kwargs.pop("uuid", None)        # Kuzu refuses a parameter its query does not name
         params = {k: v for k, v in kwargs.items() if v is not None}
         params.pop("database_", None)       # what graphiti's KuzuDriver drops too
         params.pop("routing_", None)
         if not params:                      # no parameters: Kuzu runs it without preparing
-            return await super().execute_query(cypher_query_, **kwargs)  # type: ignore[misc]
+            records, _, _ = await super().execute_query(cypher_query_, **kwargs)  # type: ignore[misc]
+            return with_timestamps(records, stamps), None, None
         statement = await self._statement(cypher_query_)
         try:
             results = await self.client.execute(statement, parameters=params)  # type: ignore[attr-defined]
@@ -103,12 +183,13 @@ class PreparedStatementsMixin:
             # e.g. a statement prepared before an index was rebuilt: forget it, and let the
             # plain path run the query (and log and raise as graphiti does if it fails again)
             self.__dict__["_statements"].pop(cypher_query_, None)
-            return await super().execute_query(cypher_query_, **kwargs)  # type: ignore[misc]
+            records, _, _ = await super().execute_query(cypher_query_, **kwargs)  # type: ignore[misc]
+            return with_timestamps(records, stamps), None, None
         if not results:
             return [], None, None
         if isinstance(results, list):
-            return [list(r.rows_as_dict()) for r in results], None, None
-        return list(results.rows_as_dict()), None, None
+            return with_timestamps([list(r.rows_as_dict()) for r in results], stamps), None, None
+        return with_timestamps(list(results.rows_as_dict()), stamps), None, None
 
 
 # graphiti's fact similarity search on Kuzu joins every fact to both its entities before it

@@ -965,3 +965,75 @@ async def test_a_search_half_that_fails_stops_the_other():
         await _both(slow(), failing())
     assert stopped.is_set()
     assert await _both(asyncio.sleep(0, "graph"), asyncio.sleep(0, "turns")) == ["graph", "turns"]
+
+
+async def test_reading_a_banks_facts_again_and_again_keeps_no_memory_behind(engine):
+    """Kuzu 0.11.3's binding kept every timestamp it returned (kuzu_statements.py): a stored
+    turn reads its entities' facts, and the worker grew with each. Read 300 times, a hub's
+    facts (four timestamps each) leave nothing of Kuzu's results allocated."""
+    import gc
+    import tracemalloc
+    from memoryplus.engine.queries import q
+    await engine.ingest("reads", [turn(i, f"My friend {n} lives in {c}.", days=i) for i, (n, c) in
+                                  enumerate(zip(["Greta", "Imre", "Talia", "Bruno", "Freya", "Ravi"],
+                                                ["Graz", "Brno", "Cork", "Lyon", "Ghent", "Osaka"]))])
+    bank = engine.banks["reads"]
+    hubs = [r["uuid"] for r in await engine.pool.query(bank, "entities_all", gid=bank.slug)]
+    cypher = q("facts_touching", bank.provider)
+    rows, _, _ = await bank.driver.execute_query(cypher, uuids=hubs)
+    assert len(rows) >= 6 and all(isinstance(r["created_at"], datetime) for r in rows)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.take_snapshot()
+        for _ in range(300):
+            await bank.driver.execute_query(cypher, uuids=hubs)
+            await bank.driver.execute_each(cypher, [{"uuids": hubs}])
+        gc.collect()
+        after = tracemalloc.take_snapshot()
+    finally:
+        tracemalloc.stop()
+    kept = sum(s.size_diff for s in after.compare_to(before, "filename")
+               if "/kuzu/" in s.traceback[0].filename)
+    assert kept < 20_000, f"{kept} bytes of {600 * len(rows)} rows' results kept"
+
+
+async def test_timestamps_read_as_text_are_the_datetimes_kuzu_returns(engine):
+    """The rows graphiti's and our queries read through the driver carry the same datetimes
+    (to the microsecond, naive, None where unset) as Kuzu's own binding returns for the
+    unrewritten query."""
+    import graphiti_core.driver.kuzu_driver as kd
+    from graphiti_core.edges import EntityEdge
+    from graphiti_core.nodes import EntityNode, EpisodicNode
+    from memoryplus.engine.kuzu_statements import timestamps_as_text
+    from memoryplus.engine.queries import q
+    await engine.ingest("stamps", [turn(1, "My sister Vera lives in Graz.", days=1),
+                                   turn(2, "My sister Vera moved to Porto.", days=40),
+                                   turn(3, "My dentist is Dr. Okafor.", days=41)])
+    bank = engine.banks["stamps"]
+    seen: list[str] = []
+    real = bank.driver.execute_query
+
+    async def spy(cypher, **kw):
+        seen.append((cypher, kw))
+        return await real(cypher, **kw)
+    bank.driver.execute_query = spy
+    try:
+        for kind in (EntityEdge, EntityNode, EpisodicNode):
+            assert await kind.get_by_group_ids(bank.driver, [bank.slug])
+        await engine.pool.query(bank, "facts_touching",
+                                uuids=[r["uuid"] for r in await engine.pool.query(bank, "entities_all", gid=bank.slug)])
+        await engine.pool.query(bank, "episodes_all", gid=bank.slug)
+    finally:
+        bank.driver.execute_query = real
+    read = 0
+    for cypher, kw in seen:
+        if not timestamps_as_text(cypher)[1]:
+            continue
+        mine, _, _ = await bank.driver.execute_query(cypher, **kw)
+        theirs, _, _ = await kd.KuzuDriver.execute_query(bank.driver, cypher, **kw)
+        assert mine == theirs and mine, cypher
+        read += sum(isinstance(v, datetime) for r in mine for v in r.values())
+    assert read >= 20, "the queries read timestamps"
+    ended = [e for e in await EntityEdge.get_by_group_ids(bank.driver, [bank.slug]) if e.invalid_at]
+    assert ended and ended[0].invalid_at == T0.replace(tzinfo=None) + timedelta(days=40), "Graz, until the move"
