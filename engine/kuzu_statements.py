@@ -43,9 +43,10 @@ from __future__ import annotations
 import asyncio
 import re
 from collections import OrderedDict
-from datetime import datetime
 from functools import lru_cache
 from typing import Any
+
+from memoryplus.common.isodates import parse_iso
 
 STATEMENTS_KEPT = 256      # distinct query texts: ours and graphiti's are a few dozen
 LOOKUP_MS = 0.1            # one key through the primary-key index (see the module's docstring)
@@ -101,23 +102,17 @@ def timestamps_as_text(cypher: str) -> tuple[str, tuple[str, ...]]:
     return text, tuple(dict.fromkeys(names))
 
 
-def _timestamp(text: str) -> datetime:
-    """Kuzu's text of a TIMESTAMP ('2025-01-01 08:30:00.12') as the binding returns it: a naive
-    datetime. Python 3.10's fromisoformat takes a fraction of 3 or 6 digits only."""
-    head, dot, fraction = text.partition(".")
-    return datetime.fromisoformat(f"{head}.{fraction.ljust(6, '0')}" if dot else head)
-
-
 def with_timestamps(rows: list, names: tuple[str, ...]) -> list:
     """`rows` (dicts, or lists of them for several statements) with the columns `names` read
-    as text turned back into datetimes, in place."""
+    as text turned back into datetimes, in place: Kuzu's text of a TIMESTAMP ('2025-01-01
+    08:30:00.12') read as the naive datetime the binding returns."""
     if names:
         for row in rows:
             for r in (row if isinstance(row, list) else (row,)):
                 for name in names:
                     v = r.get(name)
                     if isinstance(v, str):
-                        r[name] = _timestamp(v)
+                        r[name] = parse_iso(v)
     return rows
 
 

@@ -571,9 +571,7 @@ class TurnIndex:
         if near is not None:
             total += DATE_WEIGHT * near
         if conversations is not None and live.any():
-            best = np.full(int(conversations.max()) + 1, -np.inf)
-            np.maximum.at(best, conversations[at], total[at])
-            total[at] += CONVERSATION_WEIGHT * best[conversations[at]]
+            total[at] = TurnIndex._with_conversations(total[at], conversations[at])
         total[~(live & ((signals[0] > 0) | (signals[2] >= COSINE_FLOOR)))] = -np.inf
         return total
 
@@ -590,12 +588,24 @@ class TurnIndex:
             return total
         best = np.argpartition(-total, k - 1)[:k]       # finite: there are at least k of them
         users = self._users.view()
-        moved = np.asarray(query_vector, dtype=np.float32) + PRF_WEIGHT * users[best].mean(axis=0)
-        norm = float(np.linalg.norm(moved))
-        cosine = users @ (moved / norm if norm > 0 else moved)
+        cosine = users @ self._moved(query_vector, users[best])
         again = [*signals[:2], cosine, *signals[3:]]     # only the cosine's share changes
         shares[2:3] = self.shares(again[2:3], live, weights[2:3])
         return self.fuse(again, live, weights, near, conversations, shares)
+
+    @staticmethod
+    def _with_conversations(total: np.ndarray, conversations: np.ndarray) -> np.ndarray:
+        """`total` plus CONVERSATION_WEIGHT × the best score of each turn's conversation."""
+        best = np.full(int(conversations.max()) + 1, -np.inf)
+        np.maximum.at(best, conversations, total)
+        return total + CONVERSATION_WEIGHT * best[conversations]
+
+    @staticmethod
+    def _moved(query_vector, best_users: np.ndarray) -> np.ndarray:
+        """The query's vector moved towards its best turns' user vectors (PRF_WEIGHT), unit."""
+        moved = np.asarray(query_vector, dtype=np.float32) + PRF_WEIGHT * best_users.mean(axis=0)
+        norm = float(np.linalg.norm(moved))
+        return (moved / norm if norm > 0 else moved).astype(np.float32)
 
     @staticmethod
     def spread(total: np.ndarray, conversations: np.ndarray, penalty: float) -> np.ndarray:
@@ -682,10 +692,7 @@ class TurnIndex:
                 best_reply[todo] = self._best_reply(len(todo), *self._reply_rows(todo), reply_vector)
                 total = total + weights[3] * (best_reply[slots] - reply_mean) / reply_sd
             total = total + 1e-6 * cos
-            conv = conversations[slots]
-            best = np.full(int(conv.max()) + 1, -np.inf)
-            np.maximum.at(best, conv, total)
-            total += CONVERSATION_WEIGHT * best[conv]
+            total = self._with_conversations(total, conversations[slots])
             total[~(worded[slots] | (cos >= COSINE_FLOOR))] = -np.inf
             return total
 
@@ -698,9 +705,7 @@ class TurnIndex:
         k = min(PRF_TURNS, int(np.isfinite(total).sum())) if feedback else 0
         if k:
             best = slots[np.argpartition(-total, k - 1)[:k]]
-            moved = vector + PRF_WEIGHT * users[best].mean(axis=0)
-            norm = float(np.linalg.norm(moved))
-            vector = (moved / norm if norm > 0 else moved).astype(np.float32)
+            vector = self._moved(vector, users[best])
             more_slots = among(slots, lists.near(vector))
             cos = np.empty(len(more_slots), np.float32)
             again = np.searchsorted(more_slots, slots)       # the slots scored already (rows)
